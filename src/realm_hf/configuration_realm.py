@@ -1,0 +1,143 @@
+"""REALM model configuration."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+
+
+class RealmConfig(PreTrainedConfig):
+    r"""
+    Configuration of the REALM models ([`RealmEmbedder`], [`RealmScorer`], [`RealmKnowledgeAugEncoder`],
+    [`RealmReader`], [`RealmForOpenQA`] and the pre-training heads). Every field of the legacy
+    `transformers.RealmConfig` is kept under the same name, so a legacy `config.json` (e.g. from
+    `google/realm-orqa-nq-openqa`) loads unchanged.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 30522):
+            Vocabulary size of the BERT encoders.
+        hidden_size (`int`, *optional*, defaults to 768):
+            Dimension of the encoder layers and the pooler layer.
+        retriever_proj_size (`int`, *optional*, defaults to 128):
+            Dimension of the retriever (embedder) projection, i.e. of the MIPS index.
+        num_hidden_layers (`int`, *optional*, defaults to 12):
+            Number of hidden layers in each BERT encoder.
+        num_attention_heads (`int`, *optional*, defaults to 12):
+            Number of attention heads for each attention layer.
+        num_candidates (`int`, *optional*, defaults to 8):
+            Number of retrieved documents per input in pre-training ([`RealmScorer`], [`RealmKnowledgeAugEncoder`]),
+            the null document included.
+        intermediate_size (`int`, *optional*, defaults to 3072):
+            Dimension of the feed-forward layers.
+        hidden_act (`str`, *optional*, defaults to `"gelu_new"`):
+            Activation function of the encoders.
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout probability of the fully connected layers.
+        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout ratio of the attention probabilities.
+        max_position_embeddings (`int`, *optional*, defaults to 512):
+            Maximum sequence length.
+        type_vocab_size (`int`, *optional*, defaults to 2):
+            Vocabulary size of `token_type_ids`.
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            Standard deviation of the truncated normal initializer.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-12):
+            Epsilon of the encoder layer norms.
+        span_hidden_size (`int`, *optional*, defaults to 256):
+            Dimension of the reader's span representations.
+        max_span_width (`int`, *optional*, defaults to 10):
+            Maximum answer span width, in wordpieces.
+        reader_layer_norm_eps (`float`, *optional*, defaults to 1e-3):
+            Epsilon of the reader's span layer norm.
+        reader_beam_size (`int`, *optional*, defaults to 5):
+            Number of retrieved blocks the reader reads per question.
+        reader_seq_len (`int`, *optional*, defaults to 320):
+            Maximum length of a question + block reader input (288 block wordpieces + 32 for the question).
+        num_block_records (`int`, *optional*, defaults to 13353718):
+            Number of blocks in the knowledge corpus (informational; the corpus itself lives in the retriever).
+        searcher_beam_size (`int`, *optional*, defaults to 5000):
+            Number of blocks retrieved per question during training, for the retriever's marginal loss. At
+            inference `reader_beam_size` blocks are retrieved.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmConfig, RealmEmbedder
+
+    >>> configuration = RealmConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
+    >>> model = RealmEmbedder(configuration)
+    ```"""
+
+    model_type = "realm"
+
+    def __init__(
+        self,
+        vocab_size=30522,
+        hidden_size=768,
+        retriever_proj_size=128,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_candidates=8,
+        intermediate_size=3072,
+        hidden_act="gelu_new",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        initializer_range=0.02,
+        layer_norm_eps=1e-12,
+        span_hidden_size=256,
+        max_span_width=10,
+        reader_layer_norm_eps=1e-3,
+        reader_beam_size=5,
+        reader_seq_len=320,
+        num_block_records=13353718,
+        searcher_beam_size=5000,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+        **kwargs,
+    ):
+        # Common config
+        self.vocab_size = vocab_size
+        self.max_position_embeddings = max_position_embeddings
+        self.hidden_size = hidden_size
+        self.retriever_proj_size = retriever_proj_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_candidates = num_candidates
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        self.type_vocab_size = type_vocab_size
+        self.layer_norm_eps = layer_norm_eps
+        self.pad_token_id = pad_token_id
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.tie_word_embeddings = tie_word_embeddings
+
+        # Reader config
+        self.span_hidden_size = span_hidden_size
+        self.max_span_width = max_span_width
+        self.reader_layer_norm_eps = reader_layer_norm_eps
+        self.reader_beam_size = reader_beam_size
+        self.reader_seq_len = reader_seq_len
+
+        # Retrieval config
+        self.num_block_records = num_block_records
+        self.searcher_beam_size = searcher_beam_size
+
+        # Fields transformers 5's BERT blocks read; the base config no longer carries them. REALM's encoders are
+        # always bidirectional encoders without cross-attention or a KV cache.
+        self.is_decoder = kwargs.pop("is_decoder", False)
+        self.add_cross_attention = kwargs.pop("add_cross_attention", False)
+        self.use_cache = kwargs.pop("use_cache", False)
+        self.classifier_dropout = kwargs.pop("classifier_dropout", None)
+        self.position_embedding_type = kwargs.pop("position_embedding_type", "absolute")
+
+        super().__init__(**kwargs)
+
+
+__all__ = ["RealmConfig"]
