@@ -1,7 +1,77 @@
-"""realm-hf: REALM (Retrieval-Augmented Language Model Pre-Training) for the Hugging Face ecosystem."""
+"""realm-hf: REALM (Retrieval-Augmented Language Model Pre-Training) for the Hugging Face ecosystem.
+
+Importing the package registers the `realm` model type with transformers' Auto classes (config, models, tokenizer)
+and the REALM question-answering pipeline. Registration is idempotent and touches no global state besides those
+registries: no logging configuration, no monkeypatching.
+"""
 
 __version__ = "0.1.0"
 
 from .configuration_realm import RealmConfig  # noqa: E402
+from .modeling_realm import (  # noqa: E402
+    RealmEmbedder,
+    RealmEmbedderOutput,
+    RealmForOpenQA,
+    RealmForOpenQAOutput,
+    RealmKnowledgeAugEncoder,
+    RealmPreTrainedModel,
+    RealmReader,
+    RealmReaderOutput,
+    RealmScorer,
+    RealmScorerOutput,
+)
+from .reader_inputs import RealmReaderInputs, build_reader_inputs  # noqa: E402
+from .tokenization_realm import RealmTokenizer, RealmTokenizerFast  # noqa: E402
 
-__all__ = ["RealmConfig", "__version__"]
+
+def _register() -> None:
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForMaskedLM,
+        AutoModelForQuestionAnswering,
+        AutoTokenizer,
+    )
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    # Guard against re-import (e.g. importlib.reload): registering twice raises in transformers.
+    if "realm" in CONFIG_MAPPING and CONFIG_MAPPING["realm"] is RealmConfig:
+        return
+    AutoConfig.register("realm", RealmConfig, exist_ok=True)
+    # One config class serves five architectures: a tuple lets the Auto classes pick the one named in
+    # `config.architectures` (the first is the default), so AutoModel loads each legacy checkpoint as what it is.
+    AutoModel.register(
+        RealmConfig,
+        (RealmEmbedder, RealmForOpenQA, RealmReader, RealmScorer, RealmKnowledgeAugEncoder),
+        exist_ok=True,
+    )
+    AutoModelForQuestionAnswering.register(RealmConfig, (RealmForOpenQA, RealmReader), exist_ok=True)
+    AutoModelForMaskedLM.register(RealmConfig, RealmKnowledgeAugEncoder, exist_ok=True)
+    AutoTokenizer.register(
+        RealmConfig,
+        slow_tokenizer_class=RealmTokenizer,
+        fast_tokenizer_class=RealmTokenizerFast,
+        exist_ok=True,
+    )
+
+
+_register()
+
+__all__ = [
+    "RealmConfig",
+    "RealmEmbedder",
+    "RealmEmbedderOutput",
+    "RealmForOpenQA",
+    "RealmForOpenQAOutput",
+    "RealmKnowledgeAugEncoder",
+    "RealmPreTrainedModel",
+    "RealmReader",
+    "RealmReaderInputs",
+    "RealmReaderOutput",
+    "RealmScorer",
+    "RealmScorerOutput",
+    "RealmTokenizer",
+    "RealmTokenizerFast",
+    "build_reader_inputs",
+    "__version__",
+]

@@ -1,0 +1,50 @@
+# realm-hf developer targets. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+LEGACY_VENV ?= /tmp/realm-legacy-venv
+# torch first, pinned: the local CPU wheel installs in seconds; any other torch pulls a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-all demo lint format fixtures bench clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv and install realm-hf with its test/dev extras (torch CPU first)
+
+test: install ## Run the test suite (slow and gpu tests deselected)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-all: install ## Run every test, slow ones included
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not gpu"
+
+demo: install ## The main job: FOLDOC corpus + index, fine-tune with re-indexing, save, answer with provenance
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) examples/demo_foldoc.py $(if $(MODEL),--model $(MODEL),)
+
+lint: install ## ruff check + format check
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: install ## ruff format + autofix
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+fixtures: ## Regenerate tests/fixtures/legacy with transformers 4.57.6 in its own venv
+	test -x $(LEGACY_VENV)/bin/python || ($(PYTHON) -m venv $(LEGACY_VENV) && $(LEGACY_VENV)/bin/pip install -q $(TORCH) && $(LEGACY_VENV)/bin/pip install -q transformers==4.57.6 huggingface-hub==0.36.2 numpy)
+	$(LEGACY_VENV)/bin/python scripts/make_legacy_fixtures.py
+
+bench: install ## Run the benchmark scripts (minutes; see bench/)
+	$(PY) bench/search.py --blocks 200000 --queries 500
+	$(PY) bench/embed.py
+	$(PY) bench/qa.py
+
+clean: ## Remove build artefacts and the demo output
+	rm -rf build dist *.egg-info src/*.egg-info demo_output

@@ -1,0 +1,1053 @@
+"""PyTorch REALM models, built from transformers' BERT blocks with the legacy checkpoint keys."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import CrossEntropyLoss
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import MaskedLMOutput
+from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredictionHead, BertModel, BertOnlyMLMHead
+from transformers.utils import ModelOutput
+
+from .configuration_realm import RealmConfig
+from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
+
+logger = logging.getLogger(__name__)
+
+_LEGACY_BLOCK_EMB_KEY = "block_emb"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Outputs (same names and fields as the legacy port, plus batched Open-QA outputs)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RealmEmbedderOutput(ModelOutput):
+    """
+    Outputs of [`RealmEmbedder`].
+
+    Args:
+        projected_score (`torch.FloatTensor` of shape `(batch_size, config.retriever_proj_size)`):
+            The retrieval embedding: the projected, layer-normalised [CLS] pooler output.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+            Hidden states of the encoder, when `output_hidden_states=True`.
+        attentions (`tuple(torch.FloatTensor)`, *optional*):
+            Attention weights, when `output_attentions=True`.
+    """
+
+    projected_score: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class RealmScorerOutput(ModelOutput):
+    """
+    Outputs of [`RealmScorer`].
+
+    Args:
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, config.num_candidates)`):
+            Relevance score of each candidate (before softmax).
+        query_score (`torch.FloatTensor` of shape `(batch_size, config.retriever_proj_size)`):
+            Query embeddings.
+        candidate_score (`torch.FloatTensor` of shape `(batch_size, config.num_candidates, config.retriever_proj_size)`):
+            Candidate embeddings.
+    """
+
+    relevance_score: torch.FloatTensor | None = None
+    query_score: torch.FloatTensor | None = None
+    candidate_score: torch.FloatTensor | None = None
+
+
+@dataclass
+class RealmReaderOutput(ModelOutput):
+    """
+    Outputs of [`RealmReader`]. For the legacy single-question input (2-D `input_ids`) the predictions are scalars as
+    in the legacy port; for batched input (3-D `input_ids`) they have a leading `batch_size` dimension.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            Mean over questions of retriever loss + reader loss (when gold positions are given).
+        retriever_loss (`torch.FloatTensor`, *optional*):
+            Marginal log-likelihood loss of the retrieval scores over the blocks that contain an answer.
+        reader_loss (`torch.FloatTensor`, *optional*):
+            Marginal log-likelihood loss of the span scores over the gold spans.
+        retriever_correct (`torch.BoolTensor` of shape `([batch_size,] searcher_beam_size)`, *optional*):
+            Whether each block contains an answer.
+        reader_correct (`torch.BoolTensor` of shape `([batch_size,] reader_beam_size, num_candidates)`, *optional*):
+            Whether each span candidate is a gold span.
+        block_idx (`torch.LongTensor`):
+            Index (among the read blocks) of the block holding the best span.
+        candidate (`torch.LongTensor`):
+            Index of the best span candidate.
+        start_pos (`torch.LongTensor`):
+            Start of the best span in the reader input.
+        end_pos (`torch.LongTensor`):
+            End (inclusive) of the best span in the reader input.
+        reader_logits (`torch.FloatTensor` of shape `([batch_size,] reader_beam_size, num_candidates)`):
+            Span scores (retrieval score of the block added), masked outside the block.
+        candidate_starts, candidate_ends (`torch.LongTensor` of shape `(num_candidates,)`):
+            Start and end position of each span candidate.
+        hidden_states, attentions: As in [`RealmEmbedderOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    retriever_loss: torch.FloatTensor | None = None
+    reader_loss: torch.FloatTensor | None = None
+    retriever_correct: torch.BoolTensor | None = None
+    reader_correct: torch.BoolTensor | None = None
+    block_idx: torch.LongTensor | None = None
+    candidate: torch.LongTensor | None = None
+    start_pos: torch.LongTensor | None = None
+    end_pos: torch.LongTensor | None = None
+    reader_logits: torch.FloatTensor | None = None
+    candidate_starts: torch.LongTensor | None = None
+    candidate_ends: torch.LongTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class RealmForOpenQAOutput(ModelOutput):
+    """
+    Outputs of [`RealmForOpenQA`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The legacy marginal loss (retriever + reader), averaged over questions, when answers are given.
+        reader_output ([`RealmReaderOutput`]):
+            The reader's output for the whole batch.
+        predicted_answer_ids (`torch.LongTensor` or `list[torch.LongTensor]`):
+            Wordpiece ids of each predicted answer. For a single question this is one tensor, as in the legacy port.
+        predicted_answers (`list[str]`):
+            Each predicted answer, cut from its block's original text (casing and punctuation kept).
+        answer_scores (`torch.FloatTensor` of shape `(batch_size,)`):
+            Score of each predicted answer (span logit + retrieval score of its block).
+        answer_block_ids (`torch.LongTensor` of shape `(batch_size,)`):
+            Corpus id of the block each answer was read from.
+        answer_char_spans (`list[tuple[int, int]]`):
+            Character offsets `(start, end)` of each answer in its block's text.
+        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
+            Corpus ids of the retrieved blocks, best first.
+        retrieved_scores (`torch.FloatTensor` of shape `(batch_size, k)`):
+            Retrieval scores (question · block inner products) of the retrieved blocks.
+        retrieved_blocks (`list[list[dict]]`):
+            The retrieved blocks (`block_id`, `title`, `text`, `score`): the answers' provenance.
+    """
+
+    loss: torch.FloatTensor | None = None
+    reader_output: RealmReaderOutput | None = None
+    predicted_answer_ids: Any = None
+    predicted_answers: list[str] | None = None
+    answer_scores: torch.FloatTensor | None = None
+    answer_block_ids: torch.LongTensor | None = None
+    answer_char_spans: list[tuple[int, int]] | None = None
+    retrieved_block_ids: torch.LongTensor | None = None
+    retrieved_scores: torch.FloatTensor | None = None
+    retrieved_blocks: list[list[dict]] | None = None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class RealmScorerProjection(nn.Module):
+    """Projection of the [CLS] pooler output to the retrieval space (`dense` + `LayerNorm`)."""
+
+    def __init__(self, config):
+        super().__init__()
+        # Never used in the forward pass, but part of every legacy embedder checkpoint: kept so those load without
+        # missing or unexpected keys.
+        self.predictions = BertLMPredictionHead(config)
+        self.dense = nn.Linear(config.hidden_size, config.retriever_proj_size)
+        self.LayerNorm = nn.LayerNorm(config.retriever_proj_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states):
+        return self.LayerNorm(self.dense(hidden_states))
+
+
+def _mask_to_score(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (1.0 - mask.type(dtype)) * torch.finfo(dtype).min
+
+
+def _span_candidates(max_sequence_len: int, max_span_width: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    # Same enumeration order as the legacy reader (all width-1 spans, then width-2, ...), so candidate indices match.
+    starts, ends = [], []
+    for width in range(1, max_span_width + 1):
+        starts.append(torch.arange(max_sequence_len - width + 1, device=device))
+        ends.append(torch.arange(width - 1, max_sequence_len, device=device))
+    return torch.cat(starts, 0), torch.cat(ends, 0)
+
+
+class RealmReaderProjection(nn.Module):
+    """Scores every span of at most `config.max_span_width` wordpieces that lies inside the block."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.dense_intermediate = nn.Linear(config.hidden_size, config.span_hidden_size * 2)
+        self.dense_output = nn.Linear(config.span_hidden_size, 1)
+        self.layer_normalization = nn.LayerNorm(config.span_hidden_size, eps=config.reader_layer_norm_eps)
+        self.relu = nn.ReLU()
+
+    def forward(self, hidden_states, block_mask):
+        """
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(num_rows, seq_len, hidden_size)`)
+            block_mask (`torch.BoolTensor` of shape `(num_rows, seq_len)`)
+
+        Returns:
+            `(reader_logits, candidate_starts, candidate_ends)` of shapes `(num_rows, num_candidates)`,
+            `(num_candidates,)`, `(num_candidates,)`.
+        """
+        max_sequence_len = block_mask.shape[-1]
+        starts, ends = _span_candidates(max_sequence_len, self.config.max_span_width, block_mask.device)
+        span_mask = torch.index_select(block_mask, -1, starts) * torch.index_select(block_mask, -1, ends)
+
+        start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)
+        candidate_hidden = torch.index_select(start_projection, 1, starts) + torch.index_select(
+            end_projection, 1, ends
+        )
+        candidate_hidden = self.layer_normalization(self.relu(candidate_hidden))
+        reader_logits = self.dense_output(candidate_hidden).squeeze(-1)
+        reader_logits = reader_logits + _mask_to_score(span_mask, reader_logits.dtype)
+        return reader_logits, starts, ends
+
+
+def _marginal_log_loss(logits: torch.Tensor, is_correct: torch.Tensor) -> torch.Tensor:
+    """Negative log of the probability mass on the correct entries (last dimension)."""
+    log_numerator = torch.logsumexp(logits + _mask_to_score(is_correct, logits.dtype), dim=-1)
+    log_denominator = torch.logsumexp(logits, dim=-1)
+    return log_denominator - log_numerator
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Base class
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class RealmPreTrainedModel(PreTrainedModel):
+    """Base class of the REALM models: weight initialisation, config class and loading details."""
+
+    config_class = RealmConfig
+    base_model_prefix = "realm"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _no_split_modules = ["BertEmbeddings", "BertLayer"]
+    # Old checkpoints may carry the (non-persistent nowadays) position_ids buffer.
+    _keys_to_ignore_on_load_unexpected = [r"position_ids"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, BertLMPredictionHead):
+            module.bias.zero_()
+        elif isinstance(module, BertEmbeddings):
+            module.position_ids.copy_(torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            module.token_type_ids.zero_()
+
+    @staticmethod
+    def _flatten_inputs(*inputs):
+        """Flatten `(batch, num_candidates, seq)` tensors to `(batch * num_candidates, seq)`."""
+        return [t.reshape(-1, t.shape[-1]) if t is not None and t.dim() > 2 else t for t in inputs]
+
+
+def _encoder_kwargs(output_attentions, output_hidden_states):
+    kwargs = {}
+    if output_attentions is not None:
+        kwargs["output_attentions"] = output_attentions
+    if output_hidden_states is not None:
+        kwargs["output_hidden_states"] = output_hidden_states
+    return kwargs
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class RealmEmbedder(RealmPreTrainedModel):
+    r"""
+    The REALM embedder (used both as the query embedder and as the document embedder): a BERT encoder whose [CLS]
+    pooler output is projected to `config.retriever_proj_size` dimensions. Relevance of a document `z` to an input
+    `x` is the inner product of their embeddings.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmEmbedder, RealmTokenizer
+
+    >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> model = RealmEmbedder.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> projected_score = model(**tokenizer("Hello, my dog is cute", return_tensors="pt")).projected_score
+    ```"""
+
+    _tied_weights_keys = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
+
+    def __init__(self, config: RealmConfig):
+        super().__init__(config)
+        self.realm = BertModel(config)
+        self.cls = RealmScorerProjection(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.realm.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.realm.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | RealmEmbedderOutput:
+        r"""
+        Returns:
+            [`RealmEmbedderOutput`] with `projected_score` of shape `(batch_size, retriever_proj_size)`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.realm(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **_encoder_kwargs(output_attentions, output_hidden_states),
+        )
+        projected_score = self.cls(outputs.pooler_output)
+        if not return_dict:
+            return tuple(v for v in (projected_score, outputs.hidden_states, outputs.attentions) if v is not None)
+        return RealmEmbedderOutput(
+            projected_score=projected_score, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class RealmScorer(RealmPreTrainedModel):
+    r"""
+    The REALM retrieval scorer: embeds an input with the query embedder and `config.num_candidates` candidate blocks
+    with the document embedder and returns their inner products, the logits of p(z|x). Used in pre-training to
+    re-score retrieved blocks with the current weights, so that the gradient reaches both embedders.
+
+    Args:
+        config ([`RealmConfig`]): Model configuration.
+        query_embedder ([`RealmEmbedder`], *optional*):
+            Embedder for the inputs. Defaults to the candidate embedder (shared weights), as in the legacy port.
+    """
+
+    _tied_weights_keys = {"embedder.cls.predictions.decoder.bias": "embedder.cls.predictions.bias"}
+
+    def __init__(self, config: RealmConfig, query_embedder: RealmEmbedder | None = None):
+        super().__init__(config)
+        self.embedder = RealmEmbedder(config)
+        if query_embedder is not None:
+            self.add_module("query_embedder", query_embedder)
+        else:
+            # A shared embedder is registered once: legacy checkpoints repeat its weights under `query_embedder.*`,
+            # which are the same tensors and are skipped on load.
+            self._keys_to_ignore_on_load_unexpected = [r"position_ids", r"^query_embedder\."]
+        self.post_init()
+
+    @property
+    def query_embedder(self) -> RealmEmbedder:
+        """The embedder of the inputs: a separate one if given at construction, else the candidate embedder."""
+        separate = self._modules.get("query_embedder")
+        return separate if separate is not None else self.embedder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        candidate_input_ids: torch.LongTensor | None = None,
+        candidate_attention_mask: torch.Tensor | None = None,
+        candidate_token_type_ids: torch.LongTensor | None = None,
+        candidate_inputs_embeds: torch.FloatTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | RealmScorerOutput:
+        r"""
+        candidate_input_ids (`torch.LongTensor` of shape `(batch_size, num_candidates, sequence_length)`):
+            Candidate blocks, e.g. from [`RealmTokenizer.batch_encode_candidates`].
+
+        Returns:
+            [`RealmScorerOutput`] with `relevance_score` of shape `(batch_size, num_candidates)`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("You have to specify either input_ids or inputs_embeds.")
+        if candidate_input_ids is None and candidate_inputs_embeds is None:
+            raise ValueError("You have to specify either candidate_input_ids or candidate_inputs_embeds.")
+
+        encoder_kwargs = _encoder_kwargs(output_attentions, output_hidden_states)
+        query_score = self.query_embedder(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **encoder_kwargs,
+        ).projected_score
+
+        num_candidates = (
+            candidate_input_ids.shape[1] if candidate_input_ids is not None else candidate_inputs_embeds.shape[1]
+        )
+        flat_ids, flat_mask, flat_types = self._flatten_inputs(
+            candidate_input_ids, candidate_attention_mask, candidate_token_type_ids
+        )
+        if candidate_inputs_embeds is not None:
+            candidate_inputs_embeds = candidate_inputs_embeds.reshape(-1, *candidate_inputs_embeds.shape[-2:])
+        candidate_score = self.embedder(
+            flat_ids,
+            attention_mask=flat_mask,
+            token_type_ids=flat_types,
+            inputs_embeds=candidate_inputs_embeds,
+            return_dict=True,
+            **encoder_kwargs,
+        ).projected_score
+        candidate_score = candidate_score.view(-1, num_candidates, self.config.retriever_proj_size)
+        relevance_score = torch.einsum("bd,bnd->bn", query_score, candidate_score)
+        if not return_dict:
+            return relevance_score, query_score, candidate_score
+        return RealmScorerOutput(
+            relevance_score=relevance_score, query_score=query_score, candidate_score=candidate_score
+        )
+
+
+def realm_marginal_mlm_loss(
+    prediction_scores: torch.Tensor,
+    labels: torch.LongTensor,
+    relevance_score: torch.Tensor,
+    mlm_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""
+    REALM's marginal masked-LM loss: -mean over masked tokens of log sum_z p(z|x) p(y|z,x).
+
+    Args:
+        prediction_scores (`torch.FloatTensor` of shape `(batch_size * num_candidates, seq_len, vocab_size)`)
+        labels (`torch.LongTensor` of shape `(batch_size, seq_len)`): -100 where there is nothing to predict.
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`): logits of p(z|x).
+        mlm_mask (`torch.Tensor` of shape `(batch_size, seq_len)`, *optional*): which positions count.
+    """
+    batch_size, seq_length = labels.shape
+    num_candidates = relevance_score.shape[-1]
+    mlm_mask = torch.ones_like(labels, dtype=torch.float32) if mlm_mask is None else mlm_mask.type(torch.float32)
+    loss_fct = CrossEntropyLoss(reduction="none")
+    mlm_logits = prediction_scores.reshape(-1, prediction_scores.shape[-1])
+    mlm_targets = labels.tile(1, num_candidates).view(-1)
+    masked_lm_log_prob = -loss_fct(mlm_logits, mlm_targets).view(batch_size, num_candidates, seq_length)
+    candidate_log_prob = relevance_score.log_softmax(-1).unsqueeze(-1)
+    marginal_gold_log_probs = (candidate_log_prob + masked_lm_log_prob).logsumexp(1)
+    return -torch.nansum(torch.sum(marginal_gold_log_probs * mlm_mask) / torch.sum(mlm_mask))
+
+
+class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
+    r"""
+    The knowledge-augmented encoder of REALM: a BERT masked-LM run on each (input, retrieved block) pair, with the
+    marginal masked-LM loss over the blocks weighted by their retrieval probabilities.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "realm.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: RealmConfig):
+        super().__init__(config)
+        self.realm = BertModel(config)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.realm.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.realm.embeddings.word_embeddings = value
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        relevance_score: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        mlm_mask: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | MaskedLMOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_candidates, sequence_length)`):
+            Each input joined with each of its candidate blocks.
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`, *optional*):
+            Retrieval logits of the candidates; required with `labels`.
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Masked-LM targets, -100 where there is nothing to predict.
+        mlm_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Positions counted in the loss.
+
+        Returns:
+            [`~transformers.modeling_outputs.MaskedLMOutput`]; `logits` of shape
+            `(batch_size * num_candidates, sequence_length, vocab_size)`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if labels is not None and relevance_score is None:
+            raise ValueError(
+                "You have to specify `relevance_score` when `labels` is specified in order to compute loss."
+            )
+        flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
+        if inputs_embeds is not None and inputs_embeds.dim() > 3:
+            inputs_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:])
+        outputs = self.realm(
+            flat_ids,
+            attention_mask=flat_mask,
+            token_type_ids=flat_types,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **_encoder_kwargs(output_attentions, output_hidden_states),
+        )
+        prediction_scores = self.cls(outputs.last_hidden_state)
+        masked_lm_loss = None
+        if labels is not None:
+            masked_lm_loss = realm_marginal_mlm_loss(prediction_scores, labels, relevance_score, mlm_mask)
+        if not return_dict:
+            output = tuple(v for v in (prediction_scores, outputs.hidden_states, outputs.attentions) if v is not None)
+            return ((masked_lm_loss,) + output) if masked_lm_loss is not None else output
+        return MaskedLMOutput(
+            loss=masked_lm_loss,
+            logits=prediction_scores,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class RealmReader(RealmPreTrainedModel):
+    r"""
+    The REALM reader: a BERT encoder over `[CLS] question [SEP] block [SEP]` that scores every span of at most
+    `config.max_span_width` wordpieces inside the block; the block's retrieval score is added to its span scores.
+
+    Takes either the legacy single-question layout (`input_ids` of shape `(reader_beam_size, seq_len)`,
+    `relevance_score` of shape `(searcher_beam_size,)`) or a batch of questions (`input_ids` of shape
+    `(batch_size, reader_beam_size, seq_len)`, `relevance_score` of shape `(batch_size, searcher_beam_size)`).
+    """
+
+    _tied_weights_keys = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
+
+    def __init__(self, config: RealmConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.realm = BertModel(config)
+        # The reader never predicts tokens, but legacy reader checkpoints hold this head.
+        self.cls = BertOnlyMLMHead(config)
+        self.qa_outputs = RealmReaderProjection(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.realm.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.realm.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        relevance_score: torch.FloatTensor | None = None,
+        block_mask: torch.BoolTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        has_answers: torch.BoolTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | RealmReaderOutput:
+        r"""
+        relevance_score (`torch.FloatTensor` of shape `([batch_size,] searcher_beam_size)`):
+            Retrieval logits of the blocks; the first `reader_beam_size` are the blocks in `input_ids`.
+        block_mask (`torch.BoolTensor` of shape `([batch_size,] searcher_beam_size, sequence_length)`):
+            True on block wordpieces (where answer spans may lie).
+        start_positions, end_positions (`torch.LongTensor` of shape `([batch_size,] searcher_beam_size, num_answers)`, *optional*):
+            Gold answer positions in each block, -1 for padding.
+        has_answers (`torch.BoolTensor` of shape `([batch_size,] searcher_beam_size)`, *optional*):
+            Whether each block contains an answer.
+
+        Returns:
+            [`RealmReaderOutput`]
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if relevance_score is None:
+            raise ValueError("You have to specify `relevance_score` to calculate logits and loss.")
+        if block_mask is None:
+            raise ValueError("You have to specify `block_mask` to separate question block and evidence block.")
+        reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        single = reference.dim() == 2
+        if single:
+            # Legacy layout: one question, its blocks along the first axis.
+            input_ids, attention_mask, token_type_ids, inputs_embeds = (
+                t.unsqueeze(0) if t is not None else None
+                for t in (input_ids, attention_mask, token_type_ids, inputs_embeds)
+            )
+            relevance_score, block_mask, start_positions, end_positions, has_answers = (
+                t.unsqueeze(0) if t is not None else None
+                for t in (relevance_score, block_mask, start_positions, end_positions, has_answers)
+            )
+        batch_size, reader_beam_size, seq_len = (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape
+        if seq_len < self.config.max_span_width:
+            raise ValueError("The input sequence length must be greater than or equal to config.max_span_width.")
+
+        flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
+        if inputs_embeds is not None:
+            inputs_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:])
+        outputs = self.realm(
+            flat_ids,
+            attention_mask=flat_mask,
+            token_type_ids=flat_types,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **_encoder_kwargs(output_attentions, output_hidden_states),
+        )
+        sequence_output = outputs.last_hidden_state
+        reader_logits, candidate_starts, candidate_ends = self.qa_outputs(
+            sequence_output, block_mask[:, :reader_beam_size].reshape(-1, seq_len)
+        )
+        num_candidates = candidate_starts.shape[0]
+        # [batch, reader_beam, num_candidates]: span score + retrieval score of its block.
+        reader_logits = reader_logits.view(batch_size, reader_beam_size, num_candidates)
+        reader_logits = reader_logits + relevance_score[:, :reader_beam_size].unsqueeze(-1).to(reader_logits.dtype)
+
+        flat_best = reader_logits.reshape(batch_size, -1).argmax(-1)
+        predicted_block_index = torch.div(flat_best, num_candidates, rounding_mode="floor")
+        predicted_candidate = flat_best % num_candidates
+        predicted_start = candidate_starts[predicted_candidate]
+        predicted_end = candidate_ends[predicted_candidate]
+
+        total_loss = retriever_loss = reader_loss = retriever_correct = reader_correct = None
+        if start_positions is not None and end_positions is not None and has_answers is not None:
+            # Positions beyond the input are ignored; -1 marks "no answer".
+            start_positions = start_positions.clamp(-1, seq_len)
+            end_positions = end_positions.clamp(-1, seq_len)
+            retriever_correct = has_answers.bool()
+            # [batch, reader_beam, num_answers, num_candidates]
+            is_gold_start = candidate_starts.view(1, 1, 1, -1) == start_positions[:, :reader_beam_size].unsqueeze(-1)
+            is_gold_end = candidate_ends.view(1, 1, 1, -1) == end_positions[:, :reader_beam_size].unsqueeze(-1)
+            reader_correct = (is_gold_start & is_gold_end).any(2)
+
+            retriever_loss = _marginal_log_loss(relevance_score, retriever_correct)
+            retriever_loss = retriever_loss * retriever_correct.any(-1).type(retriever_loss.dtype)
+            reader_loss = _marginal_log_loss(
+                reader_logits.reshape(batch_size, -1), reader_correct.reshape(batch_size, -1)
+            )
+            reader_loss = reader_loss * reader_correct.reshape(batch_size, -1).any(-1).type(reader_loss.dtype)
+            total_loss = (retriever_loss + reader_loss).mean()
+
+        if single:
+            squeeze = lambda t: t.squeeze(0) if t is not None else None  # noqa: E731
+            retriever_loss, reader_loss = squeeze(retriever_loss), squeeze(reader_loss)
+            retriever_correct, reader_correct = squeeze(retriever_correct), squeeze(reader_correct)
+            reader_logits = squeeze(reader_logits)
+            predicted_block_index, predicted_candidate = predicted_block_index[0], predicted_candidate[0]
+            # The legacy reader returned 1-element start/end tensors.
+            predicted_start, predicted_end = predicted_start[:1], predicted_end[:1]
+
+        if not return_dict:
+            output = (predicted_block_index, predicted_candidate, predicted_start, predicted_end)
+            if total_loss is not None:
+                return (total_loss, retriever_loss, reader_loss, retriever_correct, reader_correct) + output
+            return output
+        return RealmReaderOutput(
+            loss=total_loss,
+            retriever_loss=retriever_loss,
+            reader_loss=reader_loss,
+            retriever_correct=retriever_correct,
+            reader_correct=reader_correct,
+            block_idx=predicted_block_index,
+            candidate=predicted_candidate,
+            start_pos=predicted_start,
+            end_pos=predicted_end,
+            reader_logits=reader_logits,
+            candidate_starts=candidate_starts,
+            candidate_ends=candidate_ends,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class RealmForOpenQA(RealmPreTrainedModel):
+    r"""
+    End-to-end open-domain question answering: p(y|x) = sum over the top-k blocks z of p(y|z,x) p(z|x).
+
+    The question is embedded with `embedder`, the top blocks are found by maximum inner product search in the
+    `retriever`'s index (the corpus and index live outside the model weights), and `reader` scores answer spans in
+    each (question, block) pair. Answers a whole batch of questions in one call.
+
+    Args:
+        config ([`RealmConfig`]): Model configuration.
+        retriever ([`RealmRetriever`], *optional*):
+            The knowledge corpus and its index. Anything with `search(question_embeddings, k)`,
+            `get_block_embeddings(block_ids)`, `get_block_texts(block_ids)` and a `tokenizer` works.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmForOpenQA, RealmTokenizer
+
+    >>> model = RealmForOpenQA.from_pretrained("path/to/realm-model")  # loads the saved corpus + index too
+    >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-model")
+    >>> questions = ["who wrote the art of computer programming?", "what is a compiler?"]
+    >>> outputs = model(**tokenizer(questions, padding=True, return_tensors="pt"), questions=questions)
+    >>> outputs.predicted_answers, outputs.retrieved_blocks[0][0]["title"]
+    ```"""
+
+    _tied_weights_keys = {
+        "embedder.cls.predictions.decoder.bias": "embedder.cls.predictions.bias",
+        "reader.cls.predictions.decoder.bias": "reader.cls.predictions.bias",
+    }
+    # The legacy port kept the whole corpus embedding matrix as a model buffer; it now belongs to the retriever.
+    _keys_to_ignore_on_load_unexpected = [r"position_ids", r"^block_emb$"]
+
+    def __init__(self, config: RealmConfig, retriever=None):
+        super().__init__(config)
+        self.embedder = RealmEmbedder(config)
+        self.reader = RealmReader(config)
+        self.retriever = retriever
+        self.post_init()
+
+    @property
+    def searcher_beam_size(self) -> int:
+        """Blocks retrieved per question: `searcher_beam_size` while training, `reader_beam_size` otherwise."""
+        if self.training:
+            return self.config.searcher_beam_size
+        return self.config.reader_beam_size
+
+    def set_retriever(self, retriever) -> None:
+        """Attach (or replace) the knowledge corpus this model retrieves from."""
+        self.retriever = retriever
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, retriever=None, allow_pickle=False, **kwargs):
+        r"""
+        Load the model and, unless `retriever` is given, the knowledge corpus saved with it.
+
+        Besides the usual [`~transformers.PreTrainedModel.from_pretrained`] arguments:
+
+        Args:
+            retriever ([`RealmRetriever`], *optional*):
+                Corpus to attach instead of the one found in the checkpoint.
+            allow_pickle (`bool`, *optional*, defaults to `False`):
+                For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
+                Prefer converting once with `realm-hf convert`.
+        """
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if retriever is None:
+            retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
+        model.retriever = retriever
+        return model
+
+    def _require_retriever(self):
+        if self.retriever is None:
+            hint = ""
+            if getattr(self, "legacy_block_emb", None) is not None:
+                hint = (
+                    " This is a legacy checkpoint: its block embeddings were found, but its block texts are in a pickled"
+                    " `block_records.npy`. Convert it once with `realm-hf convert <legacy_dir> <output_dir>` (or load"
+                    " with `allow_pickle=True` if you trust the file)."
+                )
+            raise ValueError(
+                "RealmForOpenQA has no retriever: build a corpus with `RealmRetriever.from_documents(...)` and pass it"
+                " with `model.set_retriever(retriever)` or `from_pretrained(..., retriever=retriever)`." + hint
+            )
+        return self.retriever
+
+    def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
+        """Question embeddings, shape `(batch_size, retriever_proj_size)`."""
+        return self.embedder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        ).projected_score
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        answer_ids: list | None = None,
+        answers: list[list[str]] | None = None,
+        questions: list[str] | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | RealmForOpenQAOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            Tokenized questions.
+        answer_ids (`list`, *optional*):
+            Gold answers as wordpiece ids: one list of answers (each a list of ids) per question. For a single
+            question the legacy form `[answer][token]` is accepted too.
+        answers (`list[list[str]]`, *optional*):
+            Gold answers as strings, one list per question (alternative to `answer_ids`).
+        questions (`list[str]`, *optional*):
+            Question texts; if omitted they are decoded from `input_ids` (as the legacy port did).
+
+        Returns:
+            [`RealmForOpenQAOutput`]
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        retriever = self._require_retriever()
+        tokenizer = retriever.tokenizer
+        if input_ids is None:
+            raise ValueError("`input_ids` (the tokenized questions) are required.")
+        batch_size = input_ids.shape[0]
+        if questions is None:
+            questions = [tokenizer.decode(ids, skip_special_tokens=True) for ids in input_ids]
+        if len(questions) != batch_size:
+            raise ValueError(f"Got {len(questions)} question texts for {batch_size} tokenized questions.")
+        if answers is not None:
+            if answer_ids is not None:
+                raise ValueError("Pass either `answers` or `answer_ids`, not both.")
+            if len(answers) != batch_size:
+                raise ValueError(f"Got answers for {len(answers)} questions but the batch has {batch_size}.")
+            answer_ids = tokenize_answers(tokenizer, answers)
+        answer_ids = normalize_answer_ids(answer_ids, batch_size)
+
+        # [batch, proj]
+        question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
+        k = min(self.searcher_beam_size, len(retriever))
+        search = retriever.search(question_projection.detach(), k)
+        block_ids = search.block_ids
+        # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy einsum did.
+        block_emb = retriever.get_block_embeddings(block_ids).to(question_projection.device, question_projection.dtype)
+        relevance_score = torch.einsum("bd,bkd->bk", question_projection, block_emb)
+
+        reader_inputs = build_reader_inputs(
+            tokenizer,
+            questions,
+            retriever.get_block_texts(block_ids),
+            answer_ids=answer_ids,
+            max_length=self.config.reader_seq_len,
+            return_offsets_mapping=getattr(tokenizer, "is_fast", False),
+        ).to(self.reader.device)
+        reader_beam_size = min(self.config.reader_beam_size, k)
+        reader_output = self.reader(
+            input_ids=reader_inputs.input_ids[:, :reader_beam_size],
+            attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],
+            token_type_ids=reader_inputs.token_type_ids[:, :reader_beam_size],
+            relevance_score=relevance_score,
+            block_mask=reader_inputs.block_mask,
+            has_answers=reader_inputs.has_answers,
+            start_positions=reader_inputs.start_positions,
+            end_positions=reader_inputs.end_positions,
+            return_dict=True,
+        )
+        outputs = self._collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search)
+        if not return_dict:
+            return reader_output, outputs.predicted_answer_ids
+        return outputs
+
+    def _collect_answers(
+        self, reader_output: RealmReaderOutput, reader_inputs: RealmReaderInputs, block_ids, relevance_score, search
+    ) -> RealmForOpenQAOutput:
+        batch = torch.arange(block_ids.shape[0], device=reader_output.block_idx.device)
+        answer_scores = reader_output.reader_logits[batch, reader_output.block_idx, reader_output.candidate]
+        answer_ids, answer_texts, char_spans = [], [], []
+        blocks = search.blocks
+        for b in range(block_ids.shape[0]):
+            row = int(reader_output.block_idx[b])
+            start, end = int(reader_output.start_pos[b]), int(reader_output.end_pos[b])
+            answer_ids.append(reader_inputs.input_ids[b, row, start : end + 1])
+            if reader_inputs.offset_mapping is not None:
+                char_start = int(reader_inputs.offset_mapping[b, row, start, 0])
+                char_end = int(reader_inputs.offset_mapping[b, row, end, 1])
+                char_spans.append((char_start, char_end))
+                answer_texts.append(blocks[b][row]["text"][char_start:char_end])
+            else:
+                char_spans.append(None)
+                answer_texts.append(self.retriever.tokenizer.decode(answer_ids[-1]))
+        answer_block_ids = block_ids.to(batch.device)[batch, reader_output.block_idx]
+        retrieved_blocks = [
+            [dict(block, score=float(score)) for block, score in zip(row_blocks, row_scores)]
+            for row_blocks, row_scores in zip(blocks, relevance_score.detach().cpu().tolist())
+        ]
+        return RealmForOpenQAOutput(
+            loss=reader_output.loss,
+            reader_output=reader_output,
+            predicted_answer_ids=answer_ids[0] if len(answer_ids) == 1 else answer_ids,
+            predicted_answers=answer_texts,
+            answer_scores=answer_scores,
+            answer_block_ids=answer_block_ids,
+            answer_char_spans=char_spans,
+            retrieved_block_ids=block_ids,
+            retrieved_scores=relevance_score,
+            retrieved_blocks=retrieved_blocks,
+        )
+
+    @torch.inference_mode()
+    def answer(self, questions: str | list[str], tokenizer=None, batch_size: int = 16, max_question_length: int = 64):
+        """
+        Answer questions end to end.
+
+        Args:
+            questions (`str` or `list[str]`): The questions.
+            tokenizer (*optional*): Question tokenizer; defaults to the retriever's.
+            batch_size (`int`): Questions per forward pass.
+            max_question_length (`int`): Questions longer than this many wordpieces are refused.
+
+        Returns:
+            `list[dict]` with `question`, `answer`, `score`, `block` (the answer's block, provenance) and
+            `retrieved` (all retrieved blocks with their scores).
+        """
+        single = isinstance(questions, str)
+        questions = [questions] if single else list(questions)
+        tokenizer = tokenizer if tokenizer is not None else self._require_retriever().tokenizer
+        check_questions(questions, tokenizer, max_question_length)
+        was_training = self.training
+        self.eval()
+        results = []
+        try:
+            for start in range(0, len(questions), batch_size):
+                chunk = questions[start : start + batch_size]
+                inputs = tokenizer(chunk, padding=True, return_tensors="pt").to(self.device)
+                out = self(
+                    input_ids=inputs["input_ids"],
+                    attention_mask=inputs["attention_mask"],
+                    token_type_ids=inputs.get("token_type_ids"),
+                    questions=chunk,
+                )
+                for b, question in enumerate(chunk):
+                    row = int(out.reader_output.block_idx[b])
+                    results.append(
+                        {
+                            "question": question,
+                            "answer": out.predicted_answers[b],
+                            "score": float(out.answer_scores[b]),
+                            "start": out.answer_char_spans[b][0] if out.answer_char_spans[b] else None,
+                            "end": out.answer_char_spans[b][1] if out.answer_char_spans[b] else None,
+                            "block": out.retrieved_blocks[b][row],
+                            "retrieved": out.retrieved_blocks[b],
+                        }
+                    )
+        finally:
+            self.train(was_training)
+        return results[0] if single else results
+
+
+def check_questions(questions: list[str], tokenizer, max_question_length: int) -> None:
+    """Refuse empty or over-long questions with a message that says what to do."""
+    if not questions:
+        raise ValueError("No questions given.")
+    for question in questions:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"Empty question {question!r}: every question needs some text.")
+        length = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+        if length > max_question_length:
+            raise ValueError(
+                f"Question of {length} wordpieces is longer than the limit of {max_question_length} "
+                f"({question[:60]!r}...): shorten it or raise `max_question_length`."
+            )
+
+
+def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False, **kwargs):
+    """Find the corpus that belongs to a checkpoint: a saved `retriever/` folder, or a legacy `block_emb` buffer."""
+    path = str(path)
+    if not os.path.isdir(path):
+        # Hub repos: the hub module knows how to fetch the retriever folder next to the weights.
+        try:
+            from .hub import load_retriever_from_hub
+        except ImportError:
+            return None
+        return load_retriever_from_hub(
+            model, path, **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token")}
+        )
+    retriever_dir = os.path.join(path, "retriever")
+    block_emb = None if os.path.isdir(retriever_dir) else load_legacy_block_emb(path)
+    if block_emb is None and not os.path.isdir(retriever_dir):
+        return None
+    from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
+
+    if block_emb is None:
+        return RealmRetriever.from_pretrained(retriever_dir, embedder=model.embedder)
+    records = os.path.join(path, "block_records.npy")
+    allowed = allow_pickle or os.environ.get("REALM_HF_ALLOW_PICKLE", "").lower() in ("1", "true", "yes")
+    if os.path.exists(records) and allowed:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return RealmRetriever.from_legacy(path, tokenizer=tokenizer, block_emb=block_emb, allow_pickle=True)
+    # Keep the embeddings reachable (memory-mapped, not a model buffer) so a converter or retriever can use them.
+    model.legacy_block_emb = block_emb
+    logger.warning(
+        "Legacy REALM checkpoint: its %d block embeddings are available as `model.legacy_block_emb`, but its block "
+        "texts are in a pickled block_records.npy, which is not loaded by default. Convert once with "
+        "`realm-hf convert %s <output_dir>`, or pass `allow_pickle=True` if you trust the file.",
+        block_emb.shape[0],
+        path,
+    )
+    return None
+
+
+def load_legacy_block_emb(path: str) -> torch.Tensor | None:
+    """Read the legacy `block_emb` buffer from a checkpoint directory without loading the rest of the weights."""
+    safetensors_file = os.path.join(path, "model.safetensors")
+    if os.path.exists(safetensors_file):
+        from safetensors import safe_open
+
+        with safe_open(safetensors_file, framework="pt") as f:
+            if _LEGACY_BLOCK_EMB_KEY in f.keys():
+                return f.get_tensor(_LEGACY_BLOCK_EMB_KEY)
+        return None
+    bin_file = os.path.join(path, "pytorch_model.bin")
+    if os.path.exists(bin_file):
+        # weights_only refuses arbitrary objects; mmap avoids reading a 6.8 GB matrix into RAM twice.
+        state_dict = torch.load(bin_file, map_location="cpu", weights_only=True, mmap=True)
+        return state_dict.get(_LEGACY_BLOCK_EMB_KEY)
+    return None
+
+
+__all__ = [
+    "RealmEmbedder",
+    "RealmEmbedderOutput",
+    "RealmForOpenQA",
+    "RealmForOpenQAOutput",
+    "RealmKnowledgeAugEncoder",
+    "RealmPreTrainedModel",
+    "RealmReader",
+    "RealmReaderOutput",
+    "RealmScorer",
+    "RealmScorerOutput",
+    "check_questions",
+    "load_legacy_block_emb",
+    "realm_marginal_mlm_loss",
+]
