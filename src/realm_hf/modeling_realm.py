@@ -21,6 +21,8 @@ from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_ans
 logger = logging.getLogger(__name__)
 
 _LEGACY_BLOCK_EMB_KEY = "block_emb"
+# Where a RealmForOpenQA directory keeps its corpus, index and manifest.
+RETRIEVER_SUBFOLDER = "retriever"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -779,6 +781,20 @@ class RealmForOpenQA(RealmPreTrainedModel):
         model.retriever = retriever
         return model
 
+    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
+        r"""
+        Save the weights and config as usual and, when a retriever is attached, the corpus, FAISS index and
+        manifest in `save_directory/retriever/`, so that one directory (or Hub repo) holds everything
+        [`~RealmForOpenQA.from_pretrained`] needs to answer questions.
+
+        Args:
+            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
+        """
+        super().save_pretrained(save_directory, *args, **kwargs)
+        is_main_process = kwargs.get("is_main_process", True)
+        if save_retriever and self.retriever is not None and is_main_process:
+            self.retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+
     def _require_retriever(self):
         if self.retriever is None:
             hint = ""
@@ -991,7 +1007,7 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         return load_retriever_from_hub(
             model, path, **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token")}
         )
-    retriever_dir = os.path.join(path, "retriever")
+    retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
     block_emb = None if os.path.isdir(retriever_dir) else load_legacy_block_emb(path)
     if block_emb is None and not os.path.isdir(retriever_dir):
         return None
