@@ -1008,17 +1008,19 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
             model, path, **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token")}
         )
     retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
-    block_emb = None if os.path.isdir(retriever_dir) else load_legacy_block_emb(path)
-    if block_emb is None and not os.path.isdir(retriever_dir):
-        return None
-    from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
+    if os.path.isdir(retriever_dir):
+        from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
 
-    if block_emb is None:
         return RealmRetriever.from_pretrained(retriever_dir, embedder=model.embedder)
+    block_emb = load_legacy_block_emb(path)
+    if block_emb is None:
+        return None
     records = os.path.join(path, "block_records.npy")
     allowed = allow_pickle or os.environ.get("REALM_HF_ALLOW_PICKLE", "").lower() in ("1", "true", "yes")
     if os.path.exists(records) and allowed:
         from transformers import AutoTokenizer
+
+        from .retrieval_realm import RealmRetriever
 
         tokenizer = AutoTokenizer.from_pretrained(path)
         return RealmRetriever.from_legacy(path, tokenizer=tokenizer, block_emb=block_emb, allow_pickle=True)
