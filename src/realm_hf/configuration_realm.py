@@ -136,6 +136,10 @@ class RealmConfig(PreTrainedConfig):
         self.use_cache = kwargs.pop("use_cache", False)
         self.classifier_dropout = kwargs.pop("classifier_dropout", None)
         self.position_embedding_type = kwargs.pop("position_embedding_type", "absolute")
+        # RealmForOpenQA only: a trainable document embedder for end-to-end retriever training (see
+        # `RealmForOpenQA.add_document_embedder`). Legacy checkpoints have none: the index was precomputed.
+        self.use_document_embedder = kwargs.pop("use_document_embedder", False)
+        self.max_block_length = kwargs.pop("max_block_length", 288)
 
         super().__init__(**kwargs)
 

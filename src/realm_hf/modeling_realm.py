@@ -747,8 +747,59 @@ class RealmForOpenQA(RealmPreTrainedModel):
         super().__init__(config)
         self.embedder = RealmEmbedder(config)
         self.reader = RealmReader(config)
+        self.document_embedder = RealmEmbedder(config) if getattr(config, "use_document_embedder", False) else None
         self.retriever = retriever
         self.post_init()
+
+    def add_document_embedder(self, embedder: RealmEmbedder | None = None, trainable: bool = True) -> RealmEmbedder:
+        r"""
+        Give the model its own document embedder, for end-to-end retriever training.
+
+        By default REALM fine-tuning keeps the document embedder frozen: the index holds precomputed block
+        embeddings and only the question embedder and reader train. With a document embedder, the retrieved blocks
+        are re-embedded in the forward pass while training (so the retrieval loss reaches the document side too) and
+        [`RealmReindexCallback`] refreshes the index with its weights.
+
+        Args:
+            embedder ([`RealmEmbedder`], *optional*):
+                Initial weights, e.g. the pre-trained document embedder that built the index. Defaults to a copy of
+                the question embedder (they start equal in REALM's fine-tuning from pre-training).
+            trainable (`bool`, *optional*, defaults to `True`): Leave its parameters trainable.
+        """
+        import copy
+
+        embedder = copy.deepcopy(self.embedder) if embedder is None else embedder
+        embedder.requires_grad_(trainable)
+        self.document_embedder = embedder
+        self.config.use_document_embedder = True
+        return embedder
+
+    def freeze_document_embedder(self) -> None:
+        """Stop training the document embedder (the paper's fine-tuning setting); the index then stays fresh."""
+        if self.document_embedder is not None:
+            self.document_embedder.requires_grad_(False)
+
+    def _trains_document_embedder(self) -> bool:
+        return (
+            self.document_embedder is not None
+            and self.training
+            and torch.is_grad_enabled()
+            and any(p.requires_grad for p in self.document_embedder.parameters())
+        )
+
+    def _embed_blocks(self, tokenizer, blocks: list[list[dict]]) -> torch.Tensor:
+        """Embed retrieved blocks with the live document embedder (with gradient): `[batch, k, proj]`."""
+        flat = [block for row in blocks for block in row]
+        encoded = tokenizer(
+            [block.get("title") or "" for block in flat],
+            [block["text"] for block in flat],
+            padding=True,
+            truncation=True,
+            max_length=getattr(self.retriever, "max_block_length", None) or self.config.max_block_length,
+            return_tensors="pt",
+        ).to(self.document_embedder.device)
+        embeddings = self.document_embedder(**encoded, return_dict=True).projected_score
+        return embeddings.view(len(blocks), len(blocks[0]), -1)
 
     @property
     def searcher_beam_size(self) -> int:
@@ -775,11 +826,12 @@ class RealmForOpenQA(RealmPreTrainedModel):
                 For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
                 Prefer converting once with `realm-hf convert`.
         """
-        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
         if retriever is None:
             retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
         model.retriever = retriever
-        return model
+        return loaded
 
     def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
         r"""
@@ -864,8 +916,15 @@ class RealmForOpenQA(RealmPreTrainedModel):
         k = min(self.searcher_beam_size, len(retriever))
         search = retriever.search(question_projection.detach(), k)
         block_ids = search.block_ids
-        # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy einsum did.
-        block_emb = retriever.get_block_embeddings(block_ids).to(question_projection.device, question_projection.dtype)
+        if self._trains_document_embedder():
+            # End-to-end: fresh block embeddings, so the retrieval loss also trains the document embedder.
+            block_emb = self._embed_blocks(tokenizer, search.blocks).to(question_projection.device)
+        else:
+            # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
+            # einsum did.
+            block_emb = retriever.get_block_embeddings(block_ids).to(
+                question_projection.device, question_projection.dtype
+            )
         relevance_score = torch.einsum("bd,bkd->bk", question_projection, block_emb)
 
         reader_inputs = build_reader_inputs(
