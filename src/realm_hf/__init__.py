@@ -54,8 +54,15 @@ def _register() -> None:
         exist_ok=True,
     )
 
+    # --- question-answering pipeline (pipeline_realm.py): task "realm-question-answering"; idempotent ---
+    from .pipeline_realm import register_pipeline
+
+    register_pipeline()
+
 
 _register()
+
+from .pipeline_realm import RealmQuestionAnsweringPipeline, pipeline  # noqa: E402
 
 __all__ = [
     "RealmConfig",
@@ -65,6 +72,7 @@ __all__ = [
     "RealmForOpenQAOutput",
     "RealmKnowledgeAugEncoder",
     "RealmPreTrainedModel",
+    "RealmQuestionAnsweringPipeline",
     "RealmReader",
     "RealmReaderInputs",
     "RealmReaderOutput",
@@ -73,5 +81,6 @@ __all__ = [
     "RealmTokenizer",
     "RealmTokenizerFast",
     "build_reader_inputs",
+    "pipeline",
     "__version__",
 ]

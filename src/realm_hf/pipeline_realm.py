@@ -1,0 +1,661 @@
+"""
+Question answering with REALM through transformers' `pipeline` API.
+
+[`RealmQuestionAnsweringPipeline`] answers open-domain questions (retrieval from the model's corpus, then the reader)
+or, when a `context` is given, reads that context alone (no retrieval), as the classic extractive QA pipeline does.
+
+How the task is supplied
+------------------------
+transformers 5 removed its built-in `"question-answering"` task: the name sits in the pipelines' `REMOVED_TASKS`
+table, and `transformers.pipeline("question-answering", ...)` raises a `KeyError` with a migration message before it
+looks at the model, even with `pipeline_class=...` or after `PIPELINE_REGISTRY.register_pipeline(
+"question-answering", ...)` (the removed-task check runs first). realm-hf therefore, without patching transformers:
+
+1. registers this pipeline under its own task name, `"realm-question-answering"`, in transformers'
+   `PIPELINE_REGISTRY` when `realm_hf` is imported (idempotent), so `transformers.pipeline(
+   "realm-question-answering", model=...)` works with any REALM directory, Hub id or [`RealmForOpenQA`];
+2. provides [`pipeline`] (`realm_hf.pipeline`), a drop-in for `transformers.pipeline` that maps
+   `"question-answering"` (and `task=None`) to this pipeline when the model is a REALM model and hands every other
+   call to `transformers.pipeline` unchanged. A later transformers that restores `"question-answering"` keeps working
+   for other models, and REALM models keep getting this pipeline rather than the generic extractive one (which
+   expects `start_logits`/`end_logits` that REALM does not produce).
+
+Other routes were checked on transformers 5.23 and rejected (details in docs/pipeline.md): a `custom_pipelines` entry
+in the model's `config.json` is consulted before the removed-task check, but it needs either
+`trust_remote_code=True` plus a code file in the repo, or `pipeline_class=` at every call; registering under
+`"question-answering"` is shadowed by the removed-task check and would silently change transformers' behaviour for
+every other model if a later version restored the task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import re
+import types
+from typing import Any
+
+import torch
+from transformers import Pipeline
+
+from .modeling_realm import RealmForOpenQA, check_questions
+from .reader_inputs import build_reader_inputs
+
+logger = logging.getLogger(__name__)
+
+#: Task name under which the pipeline is registered in transformers' `PIPELINE_REGISTRY`.
+REALM_QA_TASK = "realm-question-answering"
+# Task names that `realm_hf.pipeline` answers with this pipeline when the model is a REALM model.
+_QA_TASK_NAMES = ("question-answering", REALM_QA_TASK)
+
+_DEFAULT_BATCH_SIZE = 8
+_DEFAULT_MAX_QUESTION_LENGTH = 64
+_DEFAULT_DOC_STRIDE = 128
+
+
+class RealmQuestionAnsweringPipeline(Pipeline):
+    r"""
+    Open-domain question answering with REALM: each question is embedded, the `num_blocks` most relevant blocks are
+    retrieved from the model's corpus (its [`RealmRetriever`]), and the reader scores every answer span of at most
+    `max_answer_len` wordpieces in each block. A question that comes with a `context` is answered from that context by
+    the reader alone (no retrieval; the context gets relevance score 0 and is split into overlapping windows when it
+    is longer than `config.reader_seq_len`).
+
+    Inputs: a question (`str`), a dict `{"question": ..., "context": ...}` (`context` optional), a list of either, or
+    the keyword arguments `question=` / `context=` (each a string or a list). Lists are batched through the model:
+    one forward pass per `batch_size` questions.
+
+    Each answer is a dict with:
+
+    - `answer` (`str`): the span, cut from the original block (or context) text;
+    - `score` (`float`): the span's probability under the reader, i.e. the softmax of REALM's span logits over every
+      span of every read block (for REALM this is p(span, block | question) restricted to the retrieved blocks);
+    - `logit` (`float`): REALM's raw score of the span, span logit + retrieval score of its block (the quantity the
+      model maximises; with a context the retrieval score is 0);
+    - `start`, `end` (`int`): character offsets of the answer in its block's text (in the context with `context=`);
+    - `block` (`dict`, without `context` only): provenance, `{"id", "title", "text", "retrieval_score"}`.
+
+    With `top_k=1` each question gets one dict, otherwise a list of up to `top_k` dicts with distinct answer texts
+    (compared case- and whitespace-insensitively), best first.
+
+    Example:
+
+    ```python
+    >>> import realm_hf
+
+    >>> qa = realm_hf.pipeline("question-answering", model="path/to/realm-model")
+    >>> qa("what is a compiler?")
+    {'answer': ..., 'score': ..., 'logit': ..., 'start': ..., 'end': ..., 'block': {'id': ..., 'title': ..., ...}}
+    >>> qa(["what is a compiler?", "who wrote unix?"], top_k=3)  # one forward pass, three answers each
+    >>> qa(question="who wrote unix?", context="Unix was written by Ken Thompson and Dennis Ritchie.")
+    ```
+
+    Args:
+        model ([`RealmForOpenQA`]): The model, with its retriever attached (not needed for `context=` inputs).
+        tokenizer (*optional*): Question tokenizer; defaults to the retriever's tokenizer.
+        top_k (`int`, *optional*, defaults to 1): Answers per question.
+        max_answer_len (`int`, *optional*, defaults to `config.max_span_width`): Longest answer, in wordpieces; at
+            most `config.max_span_width` (the reader scores no longer span).
+        num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per question.
+        max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused.
+        doc_stride (`int`, *optional*, defaults to 128): Overlap, in wordpieces, of the windows a long context is
+            split into.
+        batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
+    """
+
+    _load_tokenizer = None  # optional: the retriever carries one
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+
+    def __init__(self, model, tokenizer=None, **kwargs):
+        if not isinstance(model, RealmForOpenQA):
+            raise TypeError(
+                f"RealmQuestionAnsweringPipeline needs a RealmForOpenQA model, got {type(model).__name__}. Load one with "
+                "`RealmForOpenQA.from_pretrained(path)`."
+            )
+        if tokenizer is None and getattr(model, "retriever", None) is not None:
+            tokenizer = getattr(model.retriever, "tokenizer", None)
+        super().__init__(model=model, tokenizer=tokenizer, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError(
+                "No tokenizer: the model has no retriever to take one from. Pass `tokenizer=` (e.g. "
+                "`RealmTokenizer.from_pretrained(path)`)."
+            )
+        # Batch by default: REALM's cost is per forward (retrieval + k reader passes), so batching pays off.
+        if self._batch_size is None:
+            self._batch_size = _DEFAULT_BATCH_SIZE
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Parameters and inputs
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def _sanitize_parameters(
+        self,
+        top_k=None,
+        max_answer_len=None,
+        num_blocks=None,
+        max_question_length=None,
+        doc_stride=None,
+        **kwargs,
+    ):
+        if kwargs:
+            raise TypeError(f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}.")
+        preprocess_params, forward_params, postprocess_params = {}, {}, {}
+        if top_k is not None:
+            if not isinstance(top_k, int) or top_k < 1:
+                raise ValueError(f"`top_k` must be a positive integer, got {top_k!r}.")
+            postprocess_params["top_k"] = top_k
+        if max_answer_len is not None:
+            max_width = self.model.config.max_span_width
+            if not isinstance(max_answer_len, int) or not 1 <= max_answer_len <= max_width:
+                raise ValueError(
+                    f"`max_answer_len` must be an integer between 1 and config.max_span_width={max_width} (the reader "
+                    f"scores no longer span), got {max_answer_len!r}."
+                )
+            postprocess_params["max_answer_len"] = max_answer_len
+        if num_blocks is not None:
+            if not isinstance(num_blocks, int) or num_blocks < 1:
+                raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
+            forward_params["num_blocks"] = num_blocks
+        if doc_stride is not None:
+            if not isinstance(doc_stride, int) or doc_stride < 0:
+                raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
+            forward_params["doc_stride"] = doc_stride
+        if max_question_length is not None:
+            preprocess_params["max_question_length"] = max_question_length
+        return preprocess_params, forward_params, postprocess_params
+
+    def __call__(self, inputs=None, *args, question=None, context=None, **kwargs):
+        r"""
+        Answer one or several questions.
+
+        Args:
+            inputs (`str`, `dict` or a list of them): Questions, or dicts with `question` and optional `context`.
+            question (`str` or `list[str]`, *optional*): Alternative to `inputs`.
+            context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
+                questions or one per question.
+            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `batch_size`.
+
+        Returns:
+            One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions.
+        """
+        if inputs is None and question is None:
+            raise ValueError("Give a question: `qa('...')`, `qa(['...', ...])` or `qa(question='...')`.")
+        if inputs is not None and question is not None:
+            raise ValueError("Pass the questions either as `inputs` or as `question=`, not both.")
+        if inputs is None:
+            inputs = question
+        if isinstance(inputs, (types.GeneratorType,)) or _is_dataset(inputs):
+            if context is not None:
+                raise ValueError("With a dataset or generator, give each item its own `context`.")
+            # Streamed inputs are validated item by item in `preprocess`.
+            return super().__call__(inputs, *args, **kwargs)
+
+        single = not isinstance(inputs, (list, tuple))
+        examples = self._normalize_inputs([inputs] if single else list(inputs), context)
+        call_params = {k: v for k, v in kwargs.items() if k not in ("batch_size", "num_workers")}
+        preprocess_params = self._sanitize_parameters(**call_params)[0]
+        max_question_length = {**self._preprocess_params, **preprocess_params}.get(
+            "max_question_length", _DEFAULT_MAX_QUESTION_LENGTH
+        )
+        # Validate the whole list before any model work, so one bad question fails fast with a clear message.
+        check_questions([ex["question"] for ex in examples], self.tokenizer, max_question_length)
+        outputs = super().__call__(examples, *args, **kwargs)
+        return outputs[0] if single else outputs
+
+    @staticmethod
+    def _normalize_inputs(items: list, context) -> list[dict]:
+        if not items:
+            raise ValueError("No questions given.")
+        if context is not None and not isinstance(context, str):
+            context = list(context)
+            if len(context) != len(items):
+                raise ValueError(f"Got {len(context)} contexts for {len(items)} questions.")
+        examples = []
+        for i, item in enumerate(items):
+            example = _to_example(item)
+            if context is not None:
+                if example["context"] is not None:
+                    raise ValueError("A question carries its own `context` and `context=` was given too.")
+                example["context"] = context if isinstance(context, str) else context[i]
+            _check_context(example["context"])
+            examples.append(example)
+        return examples
+
+    def preprocess(self, inputs, max_question_length: int = _DEFAULT_MAX_QUESTION_LENGTH):
+        example = _to_example(inputs)
+        _check_context(example["context"])
+        check_questions([example["question"]], self.tokenizer, max_question_length)
+        # Tokenization happens per batch in `_forward`: the reader pairs each question with blocks that are only known
+        # after retrieval, and a long context yields a variable number of windows, which the default collator cannot
+        # pad. Strings are collated into lists.
+        return {"question": example["question"], "context": example["context"]}
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Model
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE):
+        questions, contexts = model_inputs["question"], model_inputs["context"]
+        if isinstance(questions, str):  # batch_size=1: items are not collated
+            questions, contexts = [questions], [contexts]
+        results: list[dict | None] = [None] * len(questions)
+        open_rows = [i for i, c in enumerate(contexts) if c is None]
+        context_rows = [i for i, c in enumerate(contexts) if c is not None]
+        was_training = self.model.training
+        # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on.
+        self.model.eval()
+        try:
+            if open_rows:
+                read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
+                for row, result in zip(open_rows, read):
+                    results[row] = result
+            if context_rows:
+                read = self._read_contexts(
+                    [questions[i] for i in context_rows], [contexts[i] for i in context_rows], doc_stride
+                )
+                for row, result in zip(context_rows, read):
+                    results[row] = result
+        finally:
+            self.model.train(was_training)
+        # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
+        return {"results": results}
+
+    def _retrieve_and_read(self, questions: list[str], num_blocks: int | None) -> list[dict]:
+        retriever = self.model._require_retriever()
+        encoded = self.tokenizer(questions, padding=True, return_tensors="pt").to(self.device)
+        with _num_blocks(self.model, num_blocks) as extra_kwargs:
+            out = self.model(
+                input_ids=encoded["input_ids"],
+                attention_mask=encoded["attention_mask"],
+                token_type_ids=encoded.get("token_type_ids"),
+                questions=questions,
+                return_dict=True,
+                **extra_kwargs,
+            )
+        reader_output = out.reader_output
+        num_read = reader_output.reader_logits.shape[1]
+        offsets = getattr(out, "reader_offset_mapping", None)
+        input_ids = None
+        if offsets is None:
+            # The model's output keeps no character offsets; re-tokenizing the pairs exactly as its forward did (same
+            # tokenizer, questions, blocks and length) reproduces its reader inputs token for token.
+            reader_tokenizer = retriever.tokenizer
+            pairs = build_reader_inputs(
+                reader_tokenizer,
+                questions,
+                [[block["text"] for block in blocks] for blocks in out.retrieved_blocks],
+                max_length=self.model.config.reader_seq_len,
+                return_offsets_mapping=getattr(reader_tokenizer, "is_fast", False),
+            )
+            offsets = pairs.offset_mapping
+            input_ids = pairs.input_ids
+        results = []
+        for b, question in enumerate(questions):
+            blocks = out.retrieved_blocks[b][:num_read]
+            results.append(
+                {
+                    "question": question,
+                    "logits": reader_output.reader_logits[b].detach().float().cpu(),
+                    "starts": reader_output.candidate_starts.cpu(),
+                    "ends": reader_output.candidate_ends.cpu(),
+                    "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
+                    "input_ids": input_ids[b, :num_read].cpu() if input_ids is not None else None,
+                    "texts": [block["text"] for block in blocks],
+                    "blocks": [
+                        {
+                            "id": int(block["block_id"]),
+                            "title": block.get("title"),
+                            "text": block["text"],
+                            "retrieval_score": float(block["score"]),
+                        }
+                        for block in blocks
+                    ],
+                }
+            )
+        return results
+
+    def _read_contexts(self, questions: list[str], contexts: list[str], doc_stride: int) -> list[dict]:
+        config = self.model.config
+        max_length = config.reader_seq_len
+        longest_question = max(len(self.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions)
+        # The overlap must leave room for new context tokens in every window ([CLS] q [SEP] ... [SEP]).
+        stride = max(0, min(doc_stride, (max_length - longest_question - 3) // 2))
+        encoded = self.tokenizer(
+            questions,
+            contexts,
+            truncation="only_second",
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_token_type_ids=True,
+            padding="longest",
+            return_tensors="pt",
+        )
+        window_owner = encoded["overflow_to_sample_mapping"].tolist()
+        input_ids = encoded["input_ids"]
+        num_windows, seq_len = input_ids.shape
+        attention_mask, token_type_ids = encoded["attention_mask"], encoded["token_type_ids"]
+        block_mask = token_type_ids.bool() & ~encoded["special_tokens_mask"].bool() & attention_mask.bool()
+        if seq_len < config.max_span_width:
+            # The reader enumerates spans up to max_span_width wide, so its input must be at least that long.
+            pad = config.max_span_width - seq_len
+            input_ids = torch.nn.functional.pad(input_ids, (0, pad), value=self.tokenizer.pad_token_id or 0)
+            attention_mask, token_type_ids, block_mask = (
+                torch.nn.functional.pad(t, (0, pad)) for t in (attention_mask, token_type_ids, block_mask)
+            )
+        device = self.model.reader.device
+        # Each window is read as a question with one block of relevance 0: no retrieval score enters the logits.
+        reader_output = self.model.reader(
+            input_ids=input_ids.unsqueeze(1).to(device),
+            attention_mask=attention_mask.unsqueeze(1).to(device),
+            token_type_ids=token_type_ids.unsqueeze(1).to(device),
+            relevance_score=torch.zeros(num_windows, 1, device=device),
+            block_mask=block_mask.unsqueeze(1).to(device),
+            return_dict=True,
+        )
+        logits = reader_output.reader_logits[:, 0].detach().float().cpu()
+        offsets = encoded["offset_mapping"]
+        results = []
+        for i, (question, context) in enumerate(zip(questions, contexts)):
+            windows = [w for w, owner in enumerate(window_owner) if owner == i]
+            results.append(
+                {
+                    "question": question,
+                    "logits": logits[windows],
+                    "starts": reader_output.candidate_starts.cpu(),
+                    "ends": reader_output.candidate_ends.cpu(),
+                    "offsets": offsets[windows],
+                    "input_ids": None,
+                    "texts": [context] * len(windows),
+                    "blocks": None,
+                }
+            )
+        return results
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Answers
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def postprocess(self, model_outputs, top_k: int = 1, max_answer_len: int | None = None):
+        result = model_outputs["results"]
+        if isinstance(result, list):  # batch_size=1: the batch of one was not un-batched
+            result = result[0]
+        max_answer_len = max_answer_len or self.model.config.max_span_width
+        answers = _best_spans(result, top_k, max_answer_len, self.tokenizer)
+        if top_k == 1:
+            if answers:
+                return answers[0]
+            empty = {"answer": "", "score": 0.0, "logit": None, "start": None, "end": None}
+            return empty if result["blocks"] is None else {**empty, "block": None}
+        return answers
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
+        """
+        Save the model (with its retriever) and the tokenizer, so that `realm_hf.pipeline("question-answering",
+        model=save_directory)` rebuilds this pipeline. Unlike the base class, no pipeline code is copied into the
+        directory: the pipeline comes from the installed `realm_hf`, never from remote code.
+        """
+        if os.path.isfile(save_directory):
+            raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
+        os.makedirs(save_directory, exist_ok=True)
+        self.model.save_pretrained(save_directory, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _to_example(item) -> dict:
+    if isinstance(item, str):
+        return {"question": item, "context": None}
+    if isinstance(item, dict):
+        unknown = set(item) - {"question", "context"}
+        if "question" not in item or unknown:
+            raise ValueError(
+                f"A question dict needs a `question` key and may have a `context` key; got keys {sorted(item)}."
+            )
+        return {"question": item["question"], "context": item.get("context")}
+    raise ValueError(
+        f"A question must be a string or a dict with `question` (and `context`), got {type(item).__name__}."
+    )
+
+
+def _check_context(context) -> None:
+    if context is not None and (not isinstance(context, str) or not context.strip()):
+        raise ValueError(f"Empty context {context!r}: give some text to answer from, or no context to retrieve.")
+
+
+def _is_dataset(inputs) -> bool:
+    return isinstance(inputs, torch.utils.data.Dataset)
+
+
+def _normalize_text(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+@contextlib.contextmanager
+def _num_blocks(model: RealmForOpenQA, num_blocks: int | None):
+    """
+    Make the model retrieve and read `num_blocks` blocks for this call. Uses `forward(num_blocks=...)` when the model
+    accepts it; otherwise sets `config.reader_beam_size` (what the forward reads at inference) for the call only.
+    """
+    if num_blocks is None or num_blocks == model.config.reader_beam_size:
+        yield {}
+        return
+    if "num_blocks" in inspect.signature(model.forward).parameters:
+        yield {"num_blocks": num_blocks}
+        return
+    previous = model.config.reader_beam_size
+    model.config.reader_beam_size = num_blocks
+    try:
+        yield {}
+    finally:
+        model.config.reader_beam_size = previous
+
+
+def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> list[dict]:
+    """The `top_k` best spans across the read blocks of one question, with distinct texts, best first."""
+    logits = result["logits"]  # [num_blocks, num_candidates]
+    starts, ends = result["starts"], result["ends"]
+    num_candidates = logits.shape[-1]
+    flat = logits.reshape(-1)
+    # Spans outside a block carry a huge negative mask; they are not answers and take no probability mass.
+    valid = flat > torch.finfo(flat.dtype).min / 2
+    if not bool(valid.any()):
+        return []
+    log_probs = torch.full_like(flat, float("-inf"))
+    log_probs[valid] = torch.log_softmax(flat[valid], dim=-1)
+    widths = (ends - starts + 1).repeat(logits.shape[0])
+    eligible = valid & (widths <= max_answer_len)
+    order = torch.argsort(torch.where(eligible, flat, torch.full_like(flat, float("-inf"))), descending=True)
+    answers, seen = [], set()
+    for index in order.tolist():
+        if not bool(eligible[index]) or len(answers) >= top_k:
+            break
+        row, candidate = divmod(index, num_candidates)
+        start, end = int(starts[candidate]), int(ends[candidate])
+        if result["offsets"] is not None:
+            char_start = int(result["offsets"][row, start, 0])
+            char_end = int(result["offsets"][row, end, 1])
+            text = result["texts"][row][char_start:char_end]
+        else:  # slow tokenizer: no offsets, decode the wordpieces
+            char_start = char_end = None
+            text = tokenizer.decode(result["input_ids"][row, start : end + 1])
+        key = _normalize_text(text)
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        answer = {
+            "answer": text,
+            "score": float(log_probs[index].exp()),
+            "logit": float(flat[index]),
+            "start": char_start,
+            "end": char_end,
+        }
+        if result["blocks"] is not None:
+            answer["block"] = dict(result["blocks"][row])
+        answers.append(answer)
+    return answers
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Registration and the `pipeline` entry point
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def register_pipeline() -> None:
+    """
+    Register [`RealmQuestionAnsweringPipeline`] as the `"realm-question-answering"` task in transformers'
+    `PIPELINE_REGISTRY`. Idempotent: re-importing `realm_hf` does not register (and warn) twice.
+    """
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    current = PIPELINE_REGISTRY.supported_tasks.get(REALM_QA_TASK)
+    if current is not None and current.get("impl") is RealmQuestionAnsweringPipeline:
+        return
+    PIPELINE_REGISTRY.register_pipeline(
+        REALM_QA_TASK,
+        pipeline_class=RealmQuestionAnsweringPipeline,
+        pt_model=RealmForOpenQA,
+        type="text",
+    )
+
+
+#: File that `write_pipeline_module` writes next to a saved model, named by the `custom_pipelines` entry.
+PIPELINE_MODULE_FILE = "realm_pipeline.py"
+_PIPELINE_MODULE_SOURCE = (
+    '"""REALM question-answering pipeline for `transformers.pipeline(..., trust_remote_code=True)`: it only imports '
+    'the pipeline of the installed realm-hf (`pip install realm-hf`)."""\n\n'
+    "from realm_hf.pipeline_realm import RealmQuestionAnsweringPipeline  # noqa: F401\n"
+)
+
+
+def declare_pipeline(config) -> None:
+    """
+    Declare the REALM pipeline for the `"question-answering"` task in a model config (`config.custom_pipelines`).
+
+    transformers looks a task up in the model's `custom_pipelines` before its own (removed or restored) tasks, so a
+    model saved with this config works with `transformers.pipeline("question-answering", model=path,
+    pipeline_class=RealmQuestionAnsweringPipeline)`, or with `trust_remote_code=True` when the directory also holds
+    the file written by [`write_pipeline_module`]; without either, transformers refuses instead of running a generic
+    pipeline on a REALM model.
+    """
+    entry = {
+        "impl": f"{PIPELINE_MODULE_FILE[:-3]}.RealmQuestionAnsweringPipeline",
+        "pt": ["AutoModelForQuestionAnswering"],
+    }
+    custom = dict(getattr(config, "custom_pipelines", None) or {})
+    custom["question-answering"] = entry
+    config.custom_pipelines = custom
+
+
+def write_pipeline_module(save_directory: str | os.PathLike) -> str:
+    """Write `realm_pipeline.py` (one import of the installed pipeline) for `trust_remote_code=True` loading."""
+    path = os.path.join(save_directory, PIPELINE_MODULE_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(_PIPELINE_MODULE_SOURCE)
+    os.replace(tmp, path)
+    return path
+
+
+def is_realm_model(model, config=None, **hub_kwargs) -> bool:
+    """
+    Whether `model` is a REALM question-answering model: a [`RealmForOpenQA`] instance, or a local directory or Hub
+    repo whose `config.json` has `model_type: realm` (and, when it lists architectures, `RealmForOpenQA`).
+
+    Args:
+        model (`str`, `os.PathLike` or `PreTrainedModel`): What `pipeline(model=...)` got.
+        config (`str` or `PreTrainedConfig`, *optional*): What `pipeline(config=...)` got.
+        hub_kwargs: `revision`, `token`, `cache_dir`, `local_files_only` for reading a Hub config.
+    """
+    if isinstance(model, RealmForOpenQA):
+        return True
+    if not isinstance(model, (str, os.PathLike)) and model is not None:
+        return False
+    if config is not None and not isinstance(config, (str, os.PathLike)):
+        return _is_realm_qa_config(config.to_dict())
+    source = config if config is not None else model
+    if source is None:
+        return False
+    source = str(source)
+    if os.path.isdir(source):
+        config_file = os.path.join(source, "config.json")
+        if not os.path.isfile(config_file):
+            return False
+        with open(config_file, encoding="utf-8") as f:
+            return _is_realm_qa_config(json.load(f))
+    try:
+        from huggingface_hub import hf_hub_download
+
+        config_file = hf_hub_download(source, "config.json", **{k: v for k, v in hub_kwargs.items() if v is not None})
+    except Exception:  # not a repo, offline without cache, ...: let transformers.pipeline report it
+        return False
+    with open(config_file, encoding="utf-8") as f:
+        return _is_realm_qa_config(json.load(f))
+
+
+def _is_realm_qa_config(config: dict) -> bool:
+    if config.get("model_type") != "realm":
+        return False
+    architectures = config.get("architectures") or ["RealmForOpenQA"]
+    return "RealmForOpenQA" in architectures
+
+
+def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
+    r"""
+    `transformers.pipeline` with REALM question answering: `"question-answering"` (or no task) with a REALM model
+    builds a [`RealmQuestionAnsweringPipeline`]; every other call goes to `transformers.pipeline` unchanged.
+
+    Args:
+        task (`str`, *optional*): `"question-answering"`, `"realm-question-answering"`, or any transformers task.
+        model (`str`, `os.PathLike` or [`RealmForOpenQA`]): A REALM directory, Hub repo id or model.
+        kwargs: Everything else `transformers.pipeline` takes (`tokenizer`, `revision`, `token`, `device`,
+            `model_kwargs`, ...) and the pipeline parameters (`top_k`, `num_blocks`, `max_answer_len`, `batch_size`).
+
+    Example:
+
+    ```python
+    >>> import realm_hf
+
+    >>> qa = realm_hf.pipeline("question-answering", model="path/to/realm-model")
+    >>> qa("what is a compiler?", top_k=2)
+    ```
+    """
+    import transformers
+
+    if task in _QA_TASK_NAMES or task is None:
+        model_kwargs = kwargs.get("model_kwargs") or {}
+        hub_kwargs = {
+            "revision": kwargs.get("revision"),
+            "token": kwargs.get("token"),
+            "cache_dir": model_kwargs.get("cache_dir"),
+        }
+        if task == REALM_QA_TASK or is_realm_model(model, kwargs.get("config"), **hub_kwargs):
+            register_pipeline()  # normally done by `import realm_hf`; cheap and idempotent
+            kwargs.setdefault("pipeline_class", RealmQuestionAnsweringPipeline)
+            return transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
+    return transformers.pipeline(task, model=model, **kwargs)
+
+
+__all__ = [
+    "PIPELINE_MODULE_FILE",
+    "REALM_QA_TASK",
+    "RealmQuestionAnsweringPipeline",
+    "declare_pipeline",
+    "is_realm_model",
+    "pipeline",
+    "register_pipeline",
+    "write_pipeline_module",
+]

@@ -1,0 +1,406 @@
+"""The REALM question-answering pipeline: answers with provenance, context reading, batching, and every entry point.
+
+`build_tiny_model` (a tiny RealmForOpenQA with a real corpus + FAISS index) is shared with test_hub.py and
+test_modelcard.py.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+import transformers
+
+import realm_hf
+from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
+from realm_hf.pipeline_realm import (
+    PIPELINE_MODULE_FILE,
+    REALM_QA_TASK,
+    RealmQuestionAnsweringPipeline,
+    declare_pipeline,
+    is_realm_model,
+    register_pipeline,
+    write_pipeline_module,
+)
+
+DOCS = [
+    ("Compiler", "A compiler is a program that translates source code into machine code for a computer."),
+    ("Unix", "Unix is an operating system written by Ken Thompson and Dennis Ritchie at Bell Labs."),
+    ("Lisp", "Lisp is a family of programming languages invented by John McCarthy in 1958."),
+    ("Python", "Python is a programming language created by Guido van Rossum and released in 1991."),
+    ("Emacs", "Emacs is a text editor extended in Lisp and started by Richard Stallman."),
+    ("Algol", "Algol is an early programming language that influenced Pascal and the C language."),
+]
+QUESTIONS = ["who wrote unix?", "what is a compiler?", "when was python created?"]
+
+
+def build_tiny_model(tmp_dir, reader_beam_size=3, seed=0):
+    """A tiny RealmForOpenQA (hidden 32, 2 layers) with a 6-block corpus indexed by its own embedder."""
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    words = set()
+    for title, text in DOCS:
+        words.update((title + " " + text).lower().replace(".", " . ").replace("?", " ? ").split())
+    words.update(["what", "who", "when", "wrote", "created", "is", "a", "?", "which"])
+    vocab_file = os.path.join(tmp_dir, "vocab.txt")
+    with open(vocab_file, "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)) + "\n")
+    tokenizer = RealmTokenizer(vocab=vocab_file)
+    torch.manual_seed(seed)
+    config = RealmConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        retriever_proj_size=16,
+        span_hidden_size=16,
+        max_span_width=4,
+        reader_beam_size=reader_beam_size,
+        searcher_beam_size=4,
+        reader_seq_len=48,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        num_block_records=len(DOCS),
+    )
+    model = RealmForOpenQA(config).eval()
+    texts = [text for _, text in DOCS]
+    with torch.no_grad():
+        encoded = tokenizer(texts, padding=True, return_tensors="pt")
+        embeddings = model.embedder(**encoded).projected_score
+    retriever = RealmRetriever.from_embeddings(
+        embeddings, texts, titles=[title for title, _ in DOCS], tokenizer=tokenizer, index="Flat"
+    )
+    model.set_retriever(retriever)
+    return model, tokenizer
+
+
+def save_tiny_model(model, tokenizer, path):
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiny")
+    model, tokenizer = build_tiny_model(str(tmp))
+    path = save_tiny_model(model, tokenizer, tmp / "model")
+    return model, tokenizer, path
+
+
+@pytest.fixture(scope="module")
+def qa(tiny):
+    return realm_hf.pipeline("question-answering", model=tiny[0])
+
+
+def _check_open_answer(answer):
+    assert set(answer) == {"answer", "score", "logit", "start", "end", "block"}
+    block = answer["block"]
+    assert set(block) == {"id", "title", "text", "retrieval_score"}
+    assert block["text"][answer["start"] : answer["end"]] == answer["answer"]
+    assert answer["answer"].strip()
+    assert 0.0 < answer["score"] <= 1.0
+    assert (block["title"], block["text"]) == DOCS[block["id"]]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Answers
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_single_question_answer_with_provenance_matches_model(tiny, qa):
+    model = tiny[0]
+    answer = qa(QUESTIONS[0])
+    _check_open_answer(answer)
+    reference = model.answer(QUESTIONS[0])
+    # Top-1 is the model's own prediction; `logit` is REALM's score (span logit + retrieval score).
+    assert answer["answer"] == reference["answer"]
+    assert answer["block"]["id"] == reference["block"]["block_id"]
+    assert (answer["start"], answer["end"]) == (reference["start"], reference["end"])
+    assert answer["logit"] == pytest.approx(reference["score"], abs=1e-4)
+    assert answer["block"]["retrieval_score"] == pytest.approx(reference["block"]["score"], abs=1e-4)
+
+
+def test_batched_questions_match_single_and_use_one_forward(tiny, qa):
+    model = tiny[0]
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        batched = qa(QUESTIONS, batch_size=len(QUESTIONS))
+    finally:
+        hook.remove()
+    assert len(calls) == 1  # one forward pass for the whole batch
+    assert len(batched) == len(QUESTIONS)
+    for question, answer in zip(QUESTIONS, batched):
+        single = qa(question)
+        _check_open_answer(answer)
+        assert answer["answer"] == single["answer"]
+        assert answer["block"]["id"] == single["block"]["id"]
+        assert answer["logit"] == pytest.approx(single["logit"], abs=1e-3)
+
+
+def test_batch_size_one_and_uneven_batches(qa):
+    one = qa(QUESTIONS, batch_size=1)
+    two = qa(QUESTIONS, batch_size=2)  # last batch has one question
+    assert [a["answer"] for a in one] == [a["answer"] for a in two]
+
+
+def test_top_k_distinct_answers_across_blocks(tiny, qa):
+    answers = qa(QUESTIONS[1], top_k=5)
+    assert isinstance(answers, list) and len(answers) == 5
+    for answer in answers:
+        _check_open_answer(answer)
+    logits = [a["logit"] for a in answers]
+    assert logits == sorted(logits, reverse=True)
+    texts = [" ".join(a["answer"].lower().split()) for a in answers]
+    assert len(set(texts)) == len(texts)
+    assert sum(a["score"] for a in answers) <= 1.0 + 1e-6
+    assert answers[0]["answer"] == qa(QUESTIONS[1])["answer"]
+    # Every read block may contribute: the candidates come from reader_logits over all blocks.
+    assert {a["block"]["id"] for a in qa(QUESTIONS[1], top_k=40)} == {
+        b["block_id"] for b in tiny[0].answer(QUESTIONS[1])["retrieved"]
+    }
+
+
+def test_top_k_batched_returns_list_per_question(qa):
+    answers = qa(QUESTIONS[:2], top_k=2)
+    assert len(answers) == 2 and all(isinstance(a, list) and len(a) == 2 for a in answers)
+
+
+def test_num_blocks_and_max_answer_len(tiny, qa):
+    model = tiny[0]
+    answers = qa(QUESTIONS[0], num_blocks=5, top_k=60)
+    assert len({a["block"]["id"] for a in answers}) == 5
+    assert model.config.reader_beam_size == 3  # a per-call setting, not a change to the model
+    tokenizer = tiny[1]
+    for answer in qa(QUESTIONS[0], max_answer_len=1, top_k=10):
+        assert len(tokenizer(answer["answer"], add_special_tokens=False)["input_ids"]) == 1
+    with pytest.raises(ValueError, match="max_span_width"):
+        qa(QUESTIONS[0], max_answer_len=model.config.max_span_width + 1)
+    with pytest.raises(ValueError, match="top_k"):
+        qa(QUESTIONS[0], top_k=0)
+
+
+def test_pipeline_restores_training_mode(tiny):
+    model = tiny[0]
+    pipe = realm_hf.pipeline("question-answering", model=model)
+    model.train()
+    try:
+        answer = pipe(QUESTIONS[0])
+        assert model.training
+    finally:
+        model.eval()
+    assert answer["answer"] == pipe(QUESTIONS[0])["answer"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Context
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_context_answers_from_the_context_alone(tiny, qa):
+    model = tiny[0]
+    context = "Unix was written by Ken Thompson at Bell Labs."
+    calls = []
+    hook = model.embedder.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        answer = qa(question=QUESTIONS[0], context=context)
+        dict_answer = qa({"question": QUESTIONS[0], "context": context})
+    finally:
+        hook.remove()
+    assert not calls  # no retrieval
+    assert set(answer) == {"answer", "score", "logit", "start", "end"}
+    assert context[answer["start"] : answer["end"]] == answer["answer"]
+    assert answer == dict_answer
+    # Relevance score 0: the logit is the reader's span score alone.
+    encoded = tiny[1](QUESTIONS[0], context, return_tensors="pt")
+    with torch.no_grad():
+        reader = model.reader(
+            input_ids=encoded["input_ids"][:, None],
+            attention_mask=encoded["attention_mask"][:, None],
+            token_type_ids=encoded["token_type_ids"][:, None],
+            relevance_score=torch.zeros(1, 1),
+            block_mask=(encoded["token_type_ids"].bool() & (encoded["input_ids"] != tiny[1].sep_token_id))[:, None],
+            return_dict=True,
+        )
+    assert answer["logit"] == pytest.approx(float(reader.reader_logits.max()), abs=1e-4)
+
+
+def test_long_context_is_read_in_windows(tiny, qa):
+    filler = " ".join(text for _, text in DOCS)
+    context = filler + " " + filler + " The compiler was written by Grace Hopper."
+    assert len(tiny[1](context)["input_ids"]) > tiny[0].config.reader_seq_len
+    answers = qa(question="who wrote the compiler?", context=context, top_k=50, doc_stride=16)
+    assert max(a["end"] for a in answers) > len(filler) * 2  # spans from the last window are read too
+    for answer in answers:
+        assert context[answer["start"] : answer["end"]] == answer["answer"]
+
+
+def test_mixed_batch_of_context_and_open_questions(qa):
+    inputs = [{"question": QUESTIONS[0], "context": "Unix was written at Bell Labs."}, QUESTIONS[1]]
+    batched = qa(inputs, batch_size=2)
+    assert "block" not in batched[0] and "block" in batched[1]
+    assert batched[0] == qa(inputs[0])
+    assert batched[1]["answer"] == qa(inputs[1])["answer"]
+    both = qa(question=QUESTIONS[:2], context="Unix was written by Ken Thompson.")
+    assert len(both) == 2 and all("block" not in a for a in both)
+
+
+def test_context_without_retriever(tiny):
+    model, tokenizer = tiny[0], tiny[1]
+    bare = RealmForOpenQA(model.config)
+    bare.load_state_dict(model.state_dict())
+    pipe = RealmQuestionAnsweringPipeline(model=bare.eval(), tokenizer=tokenizer, task=REALM_QA_TASK)
+    answer = pipe(question=QUESTIONS[0], context="Unix was written by Ken Thompson.")
+    assert answer["answer"]
+    with pytest.raises(ValueError, match="retriever"):
+        pipe(QUESTIONS[0])
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Bad input
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("", "Empty question"),
+        ("   ", "Empty question"),
+        ([QUESTIONS[0], ""], "Empty question"),
+        ([], "No questions"),
+        ("what " * 80, "longer than the limit"),
+        ({"context": "no question here"}, "needs a `question`"),
+        ({"question": QUESTIONS[0], "context": "  "}, "Empty context"),
+        (42, "must be a string or a dict"),
+    ],
+)
+def test_invalid_questions_raise_clear_errors(qa, bad, message):
+    with pytest.raises(ValueError, match=message):
+        qa(bad)
+
+
+def test_question_length_limit_is_a_parameter(qa):
+    with pytest.raises(ValueError, match="limit of 2"):
+        qa(QUESTIONS[0], max_question_length=2)
+
+
+def test_unknown_parameter_is_refused(qa):
+    with pytest.raises(TypeError, match="Unknown arguments"):
+        qa(QUESTIONS[0], handle_impossible_answer=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Entry points
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_realm_pipeline_from_directory(tiny):
+    pipe = realm_hf.pipeline("question-answering", model=tiny[2], top_k=2)
+    assert isinstance(pipe, RealmQuestionAnsweringPipeline)
+    answers = pipe(QUESTIONS[0])
+    assert len(answers) == 2
+    reference = tiny[0].answer(QUESTIONS[0])
+    assert answers[0]["answer"] == reference["answer"]
+    assert answers[0]["logit"] == pytest.approx(reference["score"], abs=1e-4)
+
+
+def test_realm_pipeline_infers_the_task_for_realm_models(tiny):
+    assert isinstance(realm_hf.pipeline(model=tiny[2]), RealmQuestionAnsweringPipeline)
+    assert isinstance(realm_hf.pipeline(REALM_QA_TASK, model=tiny[0]), RealmQuestionAnsweringPipeline)
+
+
+def test_transformers_pipeline_with_registered_task(tiny):
+    for model in (tiny[2], tiny[0]):
+        pipe = transformers.pipeline(REALM_QA_TASK, model=model)
+        assert isinstance(pipe, RealmQuestionAnsweringPipeline)
+        assert pipe(QUESTIONS[0])["answer"] == tiny[0].answer(QUESTIONS[0])["answer"]
+
+
+def test_transformers_question_answering_is_removed_without_declaration(tiny):
+    # The removed-task check runs before the registry and ignores pipeline_class: hence realm_hf.pipeline.
+    with pytest.raises(KeyError, match="removed"):
+        transformers.pipeline("question-answering", model=tiny[2], pipeline_class=RealmQuestionAnsweringPipeline)
+
+
+def test_declared_custom_pipeline_for_transformers_question_answering(tiny, tmp_path):
+    model, tokenizer = tiny[0], tiny[1]
+    path = str(tmp_path / "declared")
+    declare_pipeline(model.config)
+    try:
+        save_tiny_model(model, tokenizer, path)
+    finally:
+        del model.config.custom_pipelines
+    write_pipeline_module(path)
+    with open(os.path.join(path, "config.json")) as f:
+        assert json.load(f)["custom_pipelines"]["question-answering"]["impl"].startswith(PIPELINE_MODULE_FILE[:-3])
+    expected = model.answer(QUESTIONS[0])["answer"]
+    pipe = transformers.pipeline("question-answering", model=path, pipeline_class=RealmQuestionAnsweringPipeline)
+    assert pipe(QUESTIONS[0])["answer"] == expected
+    pipe = transformers.pipeline("question-answering", model=path, trust_remote_code=True)
+    assert type(pipe).__name__ == "RealmQuestionAnsweringPipeline"
+    assert pipe(QUESTIONS[0])["answer"] == expected
+    # Without either, transformers refuses rather than running a generic pipeline on a REALM model.
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        transformers.pipeline("question-answering", model=path)
+    assert isinstance(realm_hf.pipeline("question-answering", model=path), RealmQuestionAnsweringPipeline)
+
+
+def test_non_realm_models_are_passed_to_transformers(tmp_path, monkeypatch):
+    bert = transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37
+    )
+    transformers.BertForSequenceClassification(bert).save_pretrained(tmp_path / "bert")
+    assert not is_realm_model(str(tmp_path / "bert"))
+    with pytest.raises(KeyError, match="removed"):  # transformers' own answer, unchanged
+        realm_hf.pipeline("question-answering", model=str(tmp_path / "bert"))
+    calls = {}
+
+    def fake_pipeline(task=None, model=None, **kwargs):
+        calls.update(task=task, model=model, kwargs=kwargs)
+        return "delegated"
+
+    # transformers swaps its module object in sys.modules at import: patch the one `import transformers` returns.
+    monkeypatch.setattr(sys.modules["transformers"], "pipeline", fake_pipeline)
+    assert realm_hf.pipeline("text-classification", model="some/model", top_k=2) == "delegated"
+    assert calls == {"task": "text-classification", "model": "some/model", "kwargs": {"top_k": 2}}
+
+
+def test_is_realm_model(tiny, tmp_path):
+    assert is_realm_model(tiny[0]) and is_realm_model(tiny[2])
+    assert not is_realm_model(tiny[0].reader)
+    assert not is_realm_model(str(tmp_path))  # no config.json
+    assert not is_realm_model("no-such-org/no-such-model")  # offline in tests: not found, not an error
+
+
+def test_registration_is_idempotent(caplog):
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    register_pipeline()
+    with caplog.at_level("WARNING"):
+        register_pipeline()
+    assert "already registered" not in caplog.text
+    assert PIPELINE_REGISTRY.supported_tasks[REALM_QA_TASK]["impl"] is RealmQuestionAnsweringPipeline
+    assert RealmForOpenQA in PIPELINE_REGISTRY.supported_tasks[REALM_QA_TASK]["pt"]
+
+
+def test_pipeline_save_pretrained_round_trip(tiny, qa, tmp_path):
+    qa.save_pretrained(tmp_path / "saved")
+    assert not any(name.endswith(".py") for name in os.listdir(tmp_path / "saved"))  # no code copied
+    reloaded = realm_hf.pipeline("question-answering", model=str(tmp_path / "saved"))
+    for question in QUESTIONS:
+        assert_same_answers(reloaded(question, top_k=3), qa(question, top_k=3))
+
+
+def assert_same_answers(got, expected, abs=1e-5):
+    """Same answers, offsets and blocks; scores equal up to float noise."""
+    got, expected = (got if isinstance(got, list) else [got]), (expected if isinstance(expected, list) else [expected])
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert (a["answer"], a["start"], a["end"]) == (b["answer"], b["start"], b["end"])
+        assert a["score"] == pytest.approx(b["score"], abs=abs) and a["logit"] == pytest.approx(b["logit"], abs=abs)
+        if "block" in b:
+            assert a["block"]["id"] == b["block"]["id"] and a["block"]["text"] == b["block"]["text"]
+            assert a["block"]["retrieval_score"] == pytest.approx(b["block"]["retrieval_score"], abs=abs)
