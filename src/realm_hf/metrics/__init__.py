@@ -1,0 +1,253 @@
+"""Open-QA metrics: exact match and F1 with SQuAD answer normalisation, and retrieval recall@k.
+
+The functions here are the single source of truth; the `evaluate` metric module in `metrics/realm_qa/`
+(loaded with [`load_realm_qa_metric`], which works offline) calls them.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import string
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "REALM_QA_METRIC_PATH",
+    "answer_recall_at_k",
+    "compute_qa_metrics",
+    "exact_match_score",
+    "f1_score",
+    "has_answer",
+    "load_realm_qa_metric",
+    "normalize_answer",
+    "recall_at_k",
+]
+
+#: Directory of the local `evaluate` metric script (`evaluate.load(REALM_QA_METRIC_PATH)`).
+REALM_QA_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "realm_qa")
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", flags=re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+DEFAULT_KS = (1, 5, 10, 20, 50, 100)
+
+
+def normalize_answer(s: str) -> str:
+    """
+    Normalise an answer string as the official SQuAD evaluation script does: lowercase, remove punctuation, remove
+    the articles "a", "an" and "the", and collapse whitespace.
+
+    Args:
+        s (`str`): The answer text.
+
+    Returns:
+        `str`: The normalised text (tokens separated by single spaces).
+
+    Example:
+
+    ```python
+    >>> normalize_answer("The  Eiffel-Tower!")
+    'eiffeltower'
+    ```
+    """
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCTUATION)
+    # Articles are removed after punctuation, as in SQuAD, so "the-end" -> "theend" keeps its "the".
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def _as_gold_list(ground_truths: str | Iterable[str]) -> list[str]:
+    if isinstance(ground_truths, str):
+        return [ground_truths]
+    golds = list(ground_truths)
+    # SQuAD v2 convention: no (or only empty) golds means the correct answer is the empty string.
+    return golds if any(normalize_answer(g) for g in golds) else [""]
+
+
+def _exact_match_single(prediction: str, ground_truth: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(ground_truth))
+
+
+def _f1_single(prediction: str, ground_truth: str) -> float:
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(ground_truth).split()
+    if not pred_tokens or not gold_tokens:
+        # SQuAD v2: F1 is 1 when both are empty, else 0 (v1 would divide by zero here).
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match_score(prediction: str, ground_truths: str | Iterable[str]) -> float:
+    """
+    Exact match of a prediction against one or several gold answers, after [`normalize_answer`].
+
+    Args:
+        prediction (`str`): The predicted answer.
+        ground_truths (`str` or `Iterable[str]`): One gold answer or several; the best match counts. An empty list
+            (or only empty golds) means the gold answer is the empty string, as in SQuAD v2.
+
+    Returns:
+        `float`: 1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
+    """
+    return max(_exact_match_single(prediction, gt) for gt in _as_gold_list(ground_truths))
+
+
+def f1_score(prediction: str, ground_truths: str | Iterable[str]) -> float:
+    """
+    Token-level F1 between a prediction and one or several gold answers (bag of normalised tokens, as in SQuAD).
+
+    Args:
+        prediction (`str`): The predicted answer.
+        ground_truths (`str` or `Iterable[str]`): One gold answer or several; the maximum F1 counts.
+
+    Returns:
+        `float`: F1 in [0, 1]. When the prediction or the gold answer normalises to nothing, F1 is 1.0 if both do
+        and 0.0 otherwise.
+    """
+    return max(_f1_single(prediction, gt) for gt in _as_gold_list(ground_truths))
+
+
+def compute_qa_metrics(predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> dict:
+    """
+    Corpus-level exact match and F1 on the SQuAD 0-100 scale.
+
+    Args:
+        predictions (`Sequence[str]`): One predicted answer per question.
+        references (`Sequence[str | Sequence[str]]`): The gold answers of each question (a string or a list).
+
+    Returns:
+        `dict`: `exact_match` and `f1` (means over questions, in percent), `exact_match_count` (questions answered
+        exactly) and `total` (number of questions). Both means are 0.0 when there are no questions.
+
+    Example:
+
+    ```python
+    >>> compute_qa_metrics(["Paris France", "1984"], [["Paris"], ["1985", "1984"]])
+    {'exact_match': 50.0, 'f1': 83.33333333333333, 'exact_match_count': 1, 'total': 2}
+    ```
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"Got {len(predictions)} predictions for {len(references)} references.")
+    total = len(predictions)
+    em = [exact_match_score(p, r) for p, r in zip(predictions, references)]
+    f1 = [f1_score(p, r) for p, r in zip(predictions, references)]
+    return {
+        "exact_match": 100.0 * sum(em) / total if total else 0.0,
+        "f1": 100.0 * sum(f1) / total if total else 0.0,
+        "exact_match_count": int(sum(em)),
+        "total": total,
+    }
+
+
+def _check_ks(ks: Iterable[int]) -> list[int]:
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"`ks` must be positive integers, got {ks}.")
+    return ks
+
+
+def recall_at_k(
+    retrieved_block_ids: Sequence[Sequence[int]],
+    gold_block_ids: Sequence[int | Iterable[int]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Retrieval recall@k by block id: the fraction of questions with at least one gold block among the top `k`
+    retrieved blocks.
+
+    Args:
+        retrieved_block_ids (`Sequence[Sequence[int]]`): For each question, retrieved block ids, best first.
+        gold_block_ids (`Sequence[int | Iterable[int]]`): For each question, its gold block id or ids. A question
+            with no gold block counts as a miss.
+        ks (`Iterable[int]`, *optional*, defaults to `(1, 5, 10, 20, 50, 100)`): Cut-offs. When fewer than `k`
+            blocks were retrieved, all of them count.
+
+    Returns:
+        `dict[str, float]`: `{"recall@k": fraction in [0, 1]}` for each `k` (0.0 when there are no questions).
+    """
+    if len(retrieved_block_ids) != len(gold_block_ids):
+        raise ValueError(f"Got {len(retrieved_block_ids)} retrievals for {len(gold_block_ids)} gold entries.")
+    ks = _check_ks(ks)
+    # Rank of the first gold block per question (None: never retrieved); one pass serves every k.
+    first_hits = []
+    for retrieved, gold in zip(retrieved_block_ids, gold_block_ids):
+        gold_set = {int(gold)} if isinstance(gold, int) or not isinstance(gold, Iterable) else {int(g) for g in gold}
+        first_hits.append(next((rank for rank, b in enumerate(retrieved) if int(b) in gold_set), None))
+    return _recall_from_first_hits(first_hits, ks)
+
+
+def _recall_from_first_hits(first_hits: list[int | None], ks: list[int]) -> dict[str, float]:
+    n = len(first_hits)
+    return {f"recall@{k}": (sum(1 for r in first_hits if r is not None and r < k) / n if n else 0.0) for k in ks}
+
+
+def has_answer(text: str, answers: str | Iterable[str]) -> bool:
+    """
+    Whether a block contains an answer: some normalised answer occurs in the normalised block text as a whole-token
+    sequence (so "C" does not match inside "cat"), as in ORQA/REALM evaluation.
+
+    Args:
+        text (`str`): The block text.
+        answers (`str` or `Iterable[str]`): The gold answers; answers that normalise to nothing never match.
+
+    Returns:
+        `bool`
+    """
+    answers = [answers] if isinstance(answers, str) else answers
+    padded_text = f" {normalize_answer(text)} "
+    for answer in answers:
+        normalized = normalize_answer(answer)
+        if normalized and f" {normalized} " in padded_text:
+            return True
+    return False
+
+
+def answer_recall_at_k(
+    retrieved_texts: Sequence[Sequence[str]],
+    answers: Sequence[str | Sequence[str]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Answer recall@k: the fraction of questions for which at least one of the top `k` retrieved blocks contains a
+    gold answer (see [`has_answer`]). This is the retrieval metric of ORQA and REALM, usable without gold block ids.
+
+    Args:
+        retrieved_texts (`Sequence[Sequence[str]]`): For each question, the texts of the retrieved blocks, best first.
+        answers (`Sequence[str | Sequence[str]]`): For each question, its gold answer(s).
+        ks (`Iterable[int]`, *optional*, defaults to `(1, 5, 10, 20, 50, 100)`): Cut-offs.
+
+    Returns:
+        `dict[str, float]`: `{"answer_recall@k": fraction in [0, 1]}` for each `k`.
+    """
+    if len(retrieved_texts) != len(answers):
+        raise ValueError(f"Got {len(retrieved_texts)} retrievals for {len(answers)} answer lists.")
+    ks = _check_ks(ks)
+    max_k = ks[-1]
+    first_hits = []
+    for texts, golds in zip(retrieved_texts, answers):
+        first_hits.append(next((rank for rank, t in enumerate(texts[:max_k]) if has_answer(t, golds)), None))
+    return {f"answer_{key}": value for key, value in _recall_from_first_hits(first_hits, ks).items()}
+
+
+def load_realm_qa_metric(**kwargs):
+    """
+    Load the `realm_qa` `evaluate` metric (exact match and F1) from the script shipped with realm-hf. It loads from a
+    local path, so it works offline, unlike `evaluate.load("squad")`.
+
+    Args:
+        **kwargs: Passed to `evaluate.load` (e.g. `experiment_id`, `num_process`, `process_id`).
+
+    Returns:
+        `evaluate.Metric`: call `.compute(predictions=[...], references=[[...], ...])` to get the same numbers as
+        [`compute_qa_metrics`].
+    """
+    import evaluate
+
+    return evaluate.load(REALM_QA_METRIC_PATH, **kwargs)
