@@ -795,7 +795,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
             [block["text"] for block in flat],
             padding=True,
             truncation=True,
-            max_length=getattr(self.retriever, "max_block_length", None) or self.config.max_block_length,
+            # Same truncation as the index was embedded with (RealmRetriever.embed_corpus / embed_blocks).
+            max_length=getattr(self.retriever, "max_block_length", None)
+            or min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512),
             return_tensors="pt",
         ).to(self.document_embedder.device)
         embeddings = self.document_embedder(**encoded, return_dict=True).projected_score
