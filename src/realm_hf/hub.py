@@ -1,0 +1,421 @@
+"""
+Hub publishing and loading for REALM: one model repo that holds everything, or a model repo plus a dataset repo.
+
+Layouts:
+
+- **One repo** (the default): `RealmForOpenQA.save_pretrained(dir)` / [`push_to_hub`] write the weights
+  (safetensors), config, tokenizer and model card at the root and the corpus (`corpus/`: Arrow locally, Parquet
+  shards when pushed), FAISS index (`index.faiss`), the corpus tokenizer and `retriever_manifest.json` under
+  `retriever/`. `RealmForOpenQA.from_pretrained(repo_id, revision=...)` fetches the
+  weights through transformers and the `retriever/` folder through [`load_retriever_from_hub`].
+- **Model + dataset repo**: [`push_corpus_to_hub`] shares a corpus and its index as a dataset repo (one corpus can
+  serve several models); [`set_retriever_reference`] records it in the model config (`retriever_repo_id`,
+  `retriever_revision`, `retriever_repo_type`, `retriever_subfolder`), and loading follows that reference when the
+  model repo has no `retriever/` folder ([`load_referenced_retriever`]).
+
+Every download goes through `huggingface_hub` and its cache, so `HF_HUB_OFFLINE=1` (or `local_files_only=True`)
+loads from the cache alone and fails with a clear error when the files are not there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any
+
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+logger = logging.getLogger(__name__)
+
+# Kept equal to modeling_realm.RETRIEVER_SUBFOLDER; not imported from there so this module loads without torch models.
+RETRIEVER_SUBFOLDER = "retriever"
+RETRIEVER_MANIFEST_NAME = "retriever_manifest.json"
+
+# Config fields that point a model at a retriever stored in another repo (or local directory).
+REFERENCE_FIELDS = ("retriever_repo_id", "retriever_revision", "retriever_repo_type", "retriever_subfolder")
+
+
+def _manifest_name() -> str:
+    try:  # follow the retriever module if it names its manifest differently
+        from .retrieval_realm import MANIFEST_NAME
+
+        return MANIFEST_NAME
+    except ImportError:
+        return RETRIEVER_MANIFEST_NAME
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def download_retriever(
+    repo_id: str,
+    subfolder: str | None = RETRIEVER_SUBFOLDER,
+    repo_type: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+) -> str | None:
+    r"""
+    Download (or find in the cache) the retriever files of a Hub repo and return their local folder.
+
+    Only the files under `subfolder` are fetched (`snapshot_download(allow_patterns=["<subfolder>/*"])`), pinned to
+    the commit at which the manifest was found, so that the corpus and index always come from one revision.
+
+    Args:
+        repo_id (`str`): Repo id on the Hub.
+        subfolder (`str`, *optional*, defaults to `"retriever"`): Folder of the retriever in the repo; `None` or `""`
+            for the repo root (a corpus pushed with [`push_corpus_to_hub`]).
+        repo_type (`str`, *optional*): `"model"` (default) or `"dataset"`.
+        revision (`str`, *optional*): Branch, tag or commit.
+        cache_dir, token, local_files_only: As in `huggingface_hub.snapshot_download`.
+
+    Returns:
+        `str` or `None`: The local retriever folder, or `None` when the repo has no retriever manifest there.
+
+    Raises:
+        `OSError`: Offline (`HF_HUB_OFFLINE=1` or `local_files_only=True`) and the retriever is not in the cache.
+    """
+    subfolder = (subfolder or "").strip("/")
+    manifest = f"{subfolder}/{_manifest_name()}" if subfolder else _manifest_name()
+    kwargs = {"repo_type": repo_type, "cache_dir": cache_dir}
+    try:
+        manifest_file = hf_hub_download(
+            repo_id, manifest, revision=revision, token=token, local_files_only=local_files_only, **kwargs
+        )
+    except LocalEntryNotFoundError as err:
+        # Offline: a cached "does not exist" marker (left by an earlier online load) means there is no retriever;
+        # anything else means we cannot know, and a model without its corpus cannot answer: say so now.
+        cached = try_to_load_from_cache(repo_id, manifest, revision=revision, **kwargs)
+        if cached is not None and not isinstance(cached, str):
+            return None
+        where = f"{repo_id}/{manifest}" + (f" at revision {revision}" if revision else "")
+        raise OSError(
+            f"Cannot load the REALM retriever ({where}): the Hub is not reachable (HF_HUB_OFFLINE=1 or "
+            "local_files_only=True) and it is not in the local cache. Load the model once online to cache it, "
+            "or pass a retriever explicitly: `RealmForOpenQA.from_pretrained(..., retriever=RealmRetriever."
+            "from_pretrained(local_dir))`."
+        ) from err
+    except EntryNotFoundError:
+        return None  # the repo has no retriever there (online answer)
+
+    # .../snapshots/<commit>/<manifest>: pin the snapshot download to that commit.
+    snapshot_root = manifest_file[: -len(manifest)].rstrip("/\\")
+    commit = os.path.basename(snapshot_root)
+    root = snapshot_download(
+        repo_id,
+        revision=commit if _looks_like_commit(commit) else revision,
+        allow_patterns=[f"{subfolder}/*"] if subfolder else None,
+        token=token,
+        local_files_only=local_files_only,
+        **kwargs,
+    )
+    return os.path.join(root, subfolder) if subfolder else root
+
+
+def _looks_like_commit(name: str) -> bool:
+    return len(name) == 40 and all(c in "0123456789abcdef" for c in name)
+
+
+def load_retriever_from_hub(
+    model,
+    repo_id: str,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+    follow_reference: bool = True,
+):
+    r"""
+    Load the retriever that belongs to a model repo on the Hub: its `retriever/` folder, or else the dataset repo its
+    config references (`config.retriever_repo_id`).
+
+    Called by `RealmForOpenQA.from_pretrained(repo_id)`.
+
+    Args:
+        model ([`RealmForOpenQA`]): The freshly loaded model (its `embedder` embeds new documents, its config may
+            hold a reference).
+        repo_id (`str`): The model repo.
+        revision, cache_dir, token, local_files_only: As given to `from_pretrained`.
+        follow_reference (`bool`, *optional*, defaults to `True`): Follow `config.retriever_repo_id` when the repo
+            has no `retriever/` folder.
+
+    Returns:
+        [`RealmRetriever`] or `None` (no retriever anywhere: the model can still read a given context).
+    """
+    local = download_retriever(
+        repo_id,
+        RETRIEVER_SUBFOLDER,
+        revision=revision,
+        cache_dir=cache_dir,
+        token=token,
+        local_files_only=local_files_only,
+    )
+    if local is not None:
+        return _retriever_from_dir(model, local)
+    if follow_reference:
+        return load_referenced_retriever(model, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+    return None
+
+
+def load_referenced_retriever(
+    model,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+    **unused,
+):
+    r"""
+    Load the retriever named by the model config (`retriever_repo_id` and optionally `retriever_revision`,
+    `retriever_repo_type` (default `"dataset"`), `retriever_subfolder`), or return `None` when there is no reference.
+
+    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is.
+
+    Raises:
+        `OSError`: The reference points at a repo without a retriever manifest, or offline without the files.
+    """
+    config = model.config
+    repo_id = getattr(config, "retriever_repo_id", None)
+    if not repo_id:
+        return None
+    subfolder = getattr(config, "retriever_subfolder", None) or ""
+    if os.path.isdir(repo_id):
+        return _retriever_from_dir(model, os.path.join(repo_id, subfolder) if subfolder else repo_id)
+    local = download_retriever(
+        repo_id,
+        subfolder,
+        repo_type=getattr(config, "retriever_repo_type", None) or "dataset",
+        revision=getattr(config, "retriever_revision", None),
+        cache_dir=cache_dir,
+        token=token,
+        local_files_only=local_files_only,
+    )
+    if local is None:
+        raise OSError(
+            f"The model config references the retriever repo {repo_id!r}, but it holds no "
+            f"{_manifest_name()} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
+        )
+    return _retriever_from_dir(model, local)
+
+
+def _retriever_from_dir(model, path: str):
+    from .retrieval_realm import RealmRetriever  # local import: pulls in faiss and datasets
+
+    return RealmRetriever.from_pretrained(path, embedder=getattr(model, "embedder", None))
+
+
+def set_retriever_reference(
+    config,
+    repo_id: str | None,
+    revision: str | None = None,
+    repo_type: str = "dataset",
+    subfolder: str | None = None,
+) -> None:
+    r"""
+    Point a model config at a retriever stored elsewhere (a dataset repo from [`push_corpus_to_hub`] or a local
+    directory). The fields are saved in `config.json`; `from_pretrained` follows them when the model directory or repo
+    has no `retriever/` folder. `repo_id=None` removes the reference.
+
+    Args:
+        config ([`RealmConfig`]): The model's config (`model.config`).
+        repo_id (`str`): Dataset repo id (or local directory) of the corpus and index.
+        revision (`str`, *optional*): Pin a branch, tag or (best) commit, so the model always gets the index it was
+            trained or evaluated with.
+        repo_type (`str`, *optional*, defaults to `"dataset"`): Repo type of `repo_id`.
+        subfolder (`str`, *optional*): Folder of the retriever inside that repo (root by default).
+    """
+    if repo_id is None:
+        for field in REFERENCE_FIELDS:
+            if hasattr(config, field):
+                delattr(config, field)
+        return
+    config.retriever_repo_id = repo_id
+    config.retriever_revision = revision
+    config.retriever_repo_type = repo_type
+    config.retriever_subfolder = subfolder
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Publishing
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _existing_readme(api: HfApi, repo_id: str, repo_type: str, revision: str | None) -> str | None:
+    try:
+        path = api.hf_hub_download(repo_id, "README.md", repo_type=repo_type, revision=revision)
+    except (EntryNotFoundError, OSError):  # a new repo or branch: nothing to keep
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def push_to_hub(
+    model,
+    repo_id: str,
+    *,
+    tokenizer=None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    max_shard_size: int | str | None = "50GB",
+    save_retriever: bool = True,
+    tags: list[str] | None = None,
+    model_card_kwargs: dict[str, Any] | None = None,
+    endpoint: str | None = None,
+):
+    r"""
+    Push a [`RealmForOpenQA`] to one Hub repo: weights, config, tokenizer, corpus + FAISS index + manifest under
+    `retriever/`, and a generated model card that keeps the hand-written parts of the repo's current README.
+
+    Differs from transformers' `PushToHubMixin.push_to_hub`, which (in transformers 5) overwrites the README written by
+    `save_pretrained` with a generic card and uploads folders only one level deep.
+
+    Args:
+        model ([`RealmForOpenQA`]): The model, with its retriever attached.
+        repo_id (`str`): Target repo (created if needed).
+        tokenizer (*optional*): Tokenizer to save at the repo root; defaults to the retriever's.
+        commit_message, commit_description, private, token, revision, create_pr, max_shard_size: As in
+            transformers' `push_to_hub`.
+        save_retriever (`bool`, *optional*, defaults to `True`): Upload the corpus and index too (and delete stale
+            files under `retriever/` in the repo). Set `False` for a model that references a dataset repo.
+        tags (`list[str]`, *optional*): Extra tags for the model card.
+        model_card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.modelcard.generate_model_card`]
+            (`eval_results`, `training_args`, `base_model`, `datasets`, `license`, ...).
+        endpoint (`str`, *optional*): Hub endpoint (defaults to `HF_ENDPOINT`).
+
+    Returns:
+        `huggingface_hub.CommitInfo` of the upload.
+    """
+    from .modelcard import write_model_card
+
+    api = HfApi(endpoint=endpoint, token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if revision is not None and not revision.startswith("refs/pr"):
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    existing = _existing_readme(api, repo_id, "model", revision)
+    retriever = getattr(model, "retriever", None)
+    if tokenizer is None and retriever is not None:
+        tokenizer = getattr(retriever, "tokenizer", None)
+    card_kwargs = dict(model_card_kwargs or {})
+    if tags:
+        card_kwargs["tags"] = list(card_kwargs.get("tags") or []) + list(tags)
+    card_kwargs.setdefault("model_id", repo_id)
+    save_retriever = save_retriever and retriever is not None
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        model.save_pretrained(tmp_dir, save_retriever=False, max_shard_size=max_shard_size)
+        if save_retriever:
+            # Parquet shards rather than the local default (Arrow): compact, and readable by any Parquet tool.
+            retriever.save_pretrained(os.path.join(tmp_dir, RETRIEVER_SUBFOLDER), corpus_format="parquet")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp_dir)
+        # Regenerated here even if save_pretrained wrote one: the repo's README holds the hand-written text to keep.
+        write_model_card(
+            tmp_dir,
+            model=model,
+            retriever=retriever if save_retriever else None,
+            existing_readme=existing or "",  # never the card save_pretrained just wrote: it has no hand-written text
+            **card_kwargs,
+        )
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=tmp_dir,
+            commit_message=commit_message or "Upload REALM model, corpus and index",
+            commit_description=commit_description,
+            revision=revision,
+            create_pr=create_pr,
+            # A re-indexed corpus may have other shard names: do not leave the old ones next to the new manifest.
+            delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"] if save_retriever else None,
+        )
+
+
+def push_corpus_to_hub(
+    retriever,
+    repo_id: str,
+    *,
+    repo_type: str = "dataset",
+    path_in_repo: str | None = None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    dataset_card: bool = True,
+    card_kwargs: dict[str, Any] | None = None,
+    endpoint: str | None = None,
+):
+    r"""
+    Share a corpus and its FAISS index (a [`RealmRetriever`]) as a Hub repo, a dataset repo by default, so that
+    several models can use one index. Point a model at it with [`set_retriever_reference`].
+
+    Args:
+        retriever ([`RealmRetriever`]): Corpus + index to push (`retriever.save_pretrained` writes the files).
+        repo_id (`str`): Target repo (created if needed).
+        repo_type (`str`, *optional*, defaults to `"dataset"`): Repo type.
+        path_in_repo (`str`, *optional*): Folder in the repo (root by default); give the same as `subfolder` to
+            [`set_retriever_reference`].
+        dataset_card (`bool`, *optional*, defaults to `True`): Write a README (dataset card) describing the corpus,
+            keeping the hand-written parts of an existing one.
+        card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.modelcard.generate_corpus_card`].
+        commit_message, commit_description, private, token, revision, create_pr, endpoint: As in [`push_to_hub`].
+
+    Returns:
+        `huggingface_hub.CommitInfo` of the upload.
+    """
+    from .modelcard import write_corpus_card
+
+    api = HfApi(endpoint=endpoint, token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type).repo_id
+    if revision is not None and not revision.startswith("refs/pr"):
+        api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type=repo_type)
+    path_in_repo = (path_in_repo or "").strip("/")
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        retriever_dir = os.path.join(tmp_dir, path_in_repo) if path_in_repo else tmp_dir
+        retriever.save_pretrained(retriever_dir, corpus_format="parquet")
+        if dataset_card:
+            existing = _existing_readme(api, repo_id, repo_type, revision)
+            write_corpus_card(
+                tmp_dir,
+                retriever,
+                repo_id=repo_id,
+                subfolder=path_in_repo,
+                existing_readme=existing,
+                **(card_kwargs or {}),
+            )
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=tmp_dir,
+            repo_type=repo_type,
+            commit_message=commit_message or "Upload REALM corpus and index",
+            commit_description=commit_description,
+            revision=revision,
+            create_pr=create_pr,
+            # Stale shards of an earlier push must not survive next to the new manifest.
+            delete_patterns=[f"{path_in_repo}/*"] if path_in_repo else ["corpus/*", "tokenizer/*"],
+        )
+
+
+__all__ = [
+    "REFERENCE_FIELDS",
+    "RETRIEVER_MANIFEST_NAME",
+    "RETRIEVER_SUBFOLDER",
+    "download_retriever",
+    "load_referenced_retriever",
+    "load_retriever_from_hub",
+    "push_corpus_to_hub",
+    "push_to_hub",
+    "set_retriever_reference",
+]

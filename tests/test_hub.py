@@ -1,0 +1,395 @@
+"""
+One-repo save/load, the Hub cache and offline mode, corpus references, and publishing.
+
+What is covered, and how (no test reaches the network; `HF_HUB_OFFLINE=1` is set in conftest.py):
+
+- Local directories: `save_pretrained` -> `from_pretrained` answers identically (answers, scores, block ids), through
+  `RealmForOpenQA.answer` and the pipeline.
+- Hub repo ids, offline: a Hugging Face cache is laid out by hand (`<cache>/models--org--name/snapshots/<commit>/`
+  plus `refs/main`, exactly where `huggingface_hub` looks), then `RealmForOpenQA.from_pretrained("org/name",
+  cache_dir=..., revision=...)` and `realm_hf.pipeline(...)` load weights, tokenizer, corpus and index from it through
+  the real `huggingface_hub`/transformers download code (`hf_hub_download`, `snapshot_download`, `cached_file`).
+  Also: a clear error when the retriever is not cached, the cached "does not exist" marker, and following a
+  `retriever_repo_id` reference to a dataset repo (also in the cache) or a local directory.
+- Publishing: `realm_hf.hub.push_to_hub` and `push_corpus_to_hub` with `HfApi.create_repo`, `create_branch`,
+  `hf_hub_download` (the existing README) and `upload_folder` replaced by recorders: the test checks what would be
+  uploaded (weights, config, tokenizer, Parquet corpus, FAISS index, manifest, model card with the hand-written text
+  of the existing README kept) and then loads the uploaded folder back through the cache, answering identically.
+  The same recorders show why `RealmForOpenQA` needs its own `push_to_hub`: transformers 5's `PushToHubMixin` uploads
+  folders one level deep (the retriever's `corpus/` and `tokenizer/` sub-folders break it) and replaces the README.
+
+Not covered: HTTP against a real Hub server. No Hub-compatible server installs from PyPI here: `hf-local-hub` 3.0.0
+is a thin client whose server is a Go binary that the wheel does not ship. The HTTP layer is huggingface_hub's own,
+tested upstream; what realm-hf adds (which files, which revision, which repo type, the cache and offline behaviour)
+is covered above.
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from huggingface_hub import constants
+from huggingface_hub.errors import EntryNotFoundError
+from test_pipeline import DOCS, QUESTIONS, assert_same_answers, build_tiny_model, save_tiny_model
+
+import realm_hf
+from realm_hf import RealmForOpenQA
+from realm_hf.hub import (
+    download_retriever,
+    load_referenced_retriever,
+    load_retriever_from_hub,
+    push_corpus_to_hub,
+    push_to_hub,
+    set_retriever_reference,
+)
+from realm_hf.modelcard import parse_card_metadata
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(autouse=True)
+def _offline():
+    # Guard: everything here must come from the cache.
+    assert constants.HF_HUB_OFFLINE, "tests/conftest.py must set HF_HUB_OFFLINE=1 before huggingface_hub is imported"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hub")
+    model, tokenizer = build_tiny_model(str(tmp))
+    path = save_tiny_model(model, tokenizer, tmp / "model")
+    return model, tokenizer, path
+
+
+def populate_cache(folder, repo_id, cache_dir, repo_type="model", commit=COMMIT, ignore=None, branch="main"):
+    """Lay out `folder` as the cached snapshot of `repo_id` at `commit`, with `branch` pointing to it."""
+    repo_dir = os.path.join(cache_dir, f"{repo_type}s--" + repo_id.replace("/", "--"))
+    snapshot = os.path.join(repo_dir, "snapshots", commit)
+    shutil.copytree(folder, snapshot, ignore=ignore, dirs_exist_ok=True)
+    os.makedirs(os.path.join(repo_dir, "refs"), exist_ok=True)
+    with open(os.path.join(repo_dir, "refs", branch), "w") as f:
+        f.write(commit)
+    return snapshot
+
+
+def answers_of(model):
+    return [model.answer(q) for q in QUESTIONS]
+
+
+def assert_same_model_answers(got, expected):
+    for a, b in zip(got, expected):
+        assert a["answer"] == b["answer"]
+        assert (a["start"], a["end"]) == (b["start"], b["end"])
+        assert a["block"]["block_id"] == b["block"]["block_id"]
+        assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+        assert [r["block_id"] for r in a["retrieved"]] == [r["block_id"] for r in b["retrieved"]]
+        assert [r["score"] for r in a["retrieved"]] == pytest.approx([r["score"] for r in b["retrieved"]], abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Local round trip
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_save_from_pretrained_round_trip_answers_identically(saved):
+    model, _, path = saved
+    assert sorted(os.listdir(os.path.join(path, "retriever"))) == [
+        "corpus",
+        "index.faiss",
+        "retriever_manifest.json",
+        "tokenizer",
+    ]
+    reloaded = RealmForOpenQA.from_pretrained(path)
+    assert reloaded.retriever is not None and len(reloaded.retriever) == len(DOCS)
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+    original = realm_hf.pipeline("question-answering", model=model)
+    pipe = realm_hf.pipeline("question-answering", model=path)
+    for question in QUESTIONS:
+        assert_same_answers(pipe(question, top_k=3), original(question, top_k=3))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Hub ids through the cache, offline
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_from_pretrained_repo_id_offline_from_cache(saved, tmp_path):
+    model, _, path = saved
+    cache = str(tmp_path / "cache")
+    populate_cache(path, "realm-test/tiny", cache)
+    for revision in (None, "main", COMMIT):
+        reloaded = RealmForOpenQA.from_pretrained("realm-test/tiny", cache_dir=cache, revision=revision)
+        assert reloaded.retriever is not None
+        assert_same_model_answers(answers_of(reloaded), answers_of(model))
+
+
+def test_pipeline_repo_id_offline_from_cache(saved, tmp_path):
+    model, _, path = saved
+    cache = str(tmp_path / "cache")
+    populate_cache(path, "realm-test/tiny", cache)
+    pipe = realm_hf.pipeline("question-answering", model="realm-test/tiny", model_kwargs={"cache_dir": cache})
+    original = realm_hf.pipeline("question-answering", model=model)
+    for question in QUESTIONS:
+        assert_same_answers(pipe(question, top_k=2), original(question, top_k=2))
+
+
+def test_offline_without_cached_retriever_is_a_clear_error(saved, tmp_path):
+    cache = str(tmp_path / "cache")
+    populate_cache(saved[2], "realm-test/tiny", cache, ignore=shutil.ignore_patterns("retriever"))
+    with pytest.raises(OSError, match="not in the local cache"):
+        RealmForOpenQA.from_pretrained("realm-test/tiny", cache_dir=cache)
+    # A repo that is not cached at all fails in transformers, before the retriever.
+    with pytest.raises(OSError):
+        RealmForOpenQA.from_pretrained("realm-test/absent", cache_dir=cache)
+
+
+def _mark_missing(cache, repo_id, filename, repo_type="model", commit=COMMIT):
+    # What huggingface_hub leaves in the cache after a 404 while online.
+    marker = os.path.join(cache, f"{repo_type}s--" + repo_id.replace("/", "--"), ".no_exist", commit, filename)
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    open(marker, "w").close()
+
+
+def test_cached_absence_means_no_retriever(saved, tmp_path):
+    cache = str(tmp_path / "cache")
+    populate_cache(saved[2], "realm-test/bare", cache, ignore=shutil.ignore_patterns("retriever"))
+    _mark_missing(cache, "realm-test/bare", "retriever/retriever_manifest.json")
+    model = RealmForOpenQA.from_pretrained("realm-test/bare", cache_dir=cache)
+    assert model.retriever is None
+    assert download_retriever("realm-test/bare", cache_dir=cache) is None
+
+
+def test_reference_to_a_dataset_repo_is_followed(saved, tmp_path):
+    model, _, path = saved
+    cache = str(tmp_path / "cache")
+    # The model repo without its retriever, pointing at a dataset repo that holds it at the root.
+    bare = tmp_path / "bare"
+    shutil.copytree(path, bare, ignore=shutil.ignore_patterns("retriever"))
+    config = json.loads((bare / "config.json").read_text())
+    config.update(retriever_repo_id="realm-test/corpus", retriever_revision=COMMIT, retriever_repo_type="dataset")
+    (bare / "config.json").write_text(json.dumps(config))
+    populate_cache(str(bare), "realm-test/model-only", cache)
+    _mark_missing(cache, "realm-test/model-only", "retriever/retriever_manifest.json")
+    populate_cache(os.path.join(path, "retriever"), "realm-test/corpus", cache, repo_type="dataset")
+    reloaded = RealmForOpenQA.from_pretrained("realm-test/model-only", cache_dir=cache)
+    assert reloaded.retriever is not None
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+    # A reference to a repo that does not hold a retriever is an error, not a silent `None`.
+    reloaded.config.retriever_repo_id = "realm-test/model-only"
+    reloaded.config.retriever_repo_type = "model"
+    reloaded.config.retriever_revision = None
+    _mark_missing(cache, "realm-test/model-only", "retriever_manifest.json")
+    with pytest.raises(OSError, match="holds no"):
+        load_referenced_retriever(reloaded, cache_dir=cache)
+
+
+def test_reference_fields_round_trip_and_local_directory(saved, tmp_path):
+    model, tokenizer, path = saved
+    copy, _ = build_tiny_model(str(tmp_path))
+    copy.load_state_dict(model.state_dict())
+    set_retriever_reference(copy.config, os.path.join(path, "retriever"), revision=None, repo_type="dataset")
+    save_tiny_model(copy, tokenizer, tmp_path / "ref")
+    config = json.loads((tmp_path / "ref" / "config.json").read_text())
+    assert config["retriever_repo_id"] == os.path.join(path, "retriever")
+    assert config["retriever_repo_type"] == "dataset"
+    reloaded = RealmForOpenQA.from_pretrained(str(tmp_path / "ref"), retriever=None)
+    retriever = load_referenced_retriever(reloaded)
+    assert len(retriever) == len(DOCS)
+    reloaded.set_retriever(retriever)
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+    set_retriever_reference(copy.config, None)
+    assert load_referenced_retriever(copy) is None
+    assert not hasattr(copy.config, "retriever_repo_id")
+
+
+def test_load_retriever_from_hub_signature_matches_modeling_call(saved, tmp_path):
+    # modeling_realm._load_retriever_for calls load_retriever_from_hub(model, path, revision=, cache_dir=, token=).
+    cache = str(tmp_path / "cache")
+    populate_cache(saved[2], "realm-test/tiny", cache)
+    retriever = load_retriever_from_hub(saved[0], "realm-test/tiny", revision="main", cache_dir=cache, token=None)
+    assert len(retriever) == len(DOCS)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Publishing (HfApi replaced by recorders)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class RecordingHub:
+    """Stands in for the HfApi calls publishing makes; keeps a copy of every uploaded folder."""
+
+    def __init__(self, tmp_path, readme=None):
+        self.tmp_path = tmp_path
+        self.readme = readme
+        self.uploads = []
+        self.commits = []
+        self.calls = []
+
+    def install(self, monkeypatch):
+        from huggingface_hub import HfApi, RepoUrl
+
+        hub = self
+
+        def create_repo(self, repo_id, **kwargs):
+            hub.calls.append(("create_repo", repo_id, kwargs))
+            prefix = "datasets/" if kwargs.get("repo_type") == "dataset" else ""
+            return RepoUrl(f"https://huggingface.co/{prefix}{repo_id}")
+
+        def create_branch(self, repo_id, **kwargs):
+            hub.calls.append(("create_branch", repo_id, kwargs))
+
+        def hf_hub_download(self, repo_id, filename, **kwargs):
+            if filename != "README.md" or hub.readme is None:
+                raise EntryNotFoundError(f"{filename} not in {repo_id}")
+            readme = hub.tmp_path / "remote-README.md"
+            readme.write_text(hub.readme)
+            return str(readme)
+
+        def upload_folder(self, *, repo_id, folder_path, **kwargs):
+            copy = hub.tmp_path / f"upload-{len(hub.uploads)}"
+            shutil.copytree(folder_path, copy)
+            hub.uploads.append({"repo_id": repo_id, "folder": copy, **kwargs})
+            return "commit-info"
+
+        def create_commit(self, repo_id, operations, **kwargs):
+            hub.commits.append({"repo_id": repo_id, "paths": [op.path_in_repo for op in operations], **kwargs})
+            return "commit-info"
+
+        for name, fn in [
+            ("create_repo", create_repo),
+            ("create_branch", create_branch),
+            ("hf_hub_download", hf_hub_download),
+            ("upload_folder", upload_folder),
+            ("create_commit", create_commit),
+        ]:
+            monkeypatch.setattr(HfApi, name, fn)
+
+
+def _files(folder):
+    return sorted(
+        os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+        for root, _, names in os.walk(folder)
+        for name in names
+    )
+
+
+def test_push_to_hub_uploads_one_repo_that_loads_back(saved, tmp_path, monkeypatch):
+    model = saved[0]
+    readme = "---\nlicense: mit\n---\n\n# My REALM\n\nHand-written notes that must survive.\n"
+    hub = RecordingHub(tmp_path, readme=readme)
+    hub.install(monkeypatch)
+    assert push_to_hub(model, "realm-test/pushed", model_card_kwargs={"eval_results": {"exact_match": 50.0}}) == (
+        "commit-info"
+    )
+    (upload,) = hub.uploads
+    files = _files(upload["folder"])
+    for expected in [
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "tokenizer_config.json",
+        "retriever/retriever_manifest.json",
+        "retriever/index.faiss",
+        "retriever/tokenizer/tokenizer_config.json",
+    ]:
+        assert expected in files
+    assert any(f.startswith("retriever/corpus/") and f.endswith(".parquet") for f in files)
+    assert upload["delete_patterns"] == ["retriever/*"]
+    manifest = json.loads((upload["folder"] / "retriever" / "retriever_manifest.json").read_text())
+    assert manifest["corpus_format"] == "parquet"
+    card = (upload["folder"] / "README.md").read_text()
+    assert "Hand-written notes that must survive." in card
+    metadata = parse_card_metadata(card)
+    assert metadata["license"] == "mit"  # the repo's own metadata wins
+    assert metadata["library_name"] == "realm-hf"
+    assert metadata["model-index"][0]["results"][0]["metrics"][0]["value"] == 50.0
+    assert 'model="realm-test/pushed"' in card
+    # Pull it back: the uploaded folder as the cached snapshot of the repo.
+    cache = str(tmp_path / "cache")
+    populate_cache(str(upload["folder"]), "realm-test/pushed", cache)
+    reloaded = RealmForOpenQA.from_pretrained("realm-test/pushed", cache_dir=cache)
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+
+
+def test_push_to_hub_without_retriever_and_to_a_branch(saved, tmp_path, monkeypatch):
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+    push_to_hub(saved[0], "realm-test/pushed", save_retriever=False, revision="v1")
+    (upload,) = hub.uploads
+    assert not any(f.startswith("retriever/") for f in _files(upload["folder"]))
+    assert upload["delete_patterns"] is None and upload["revision"] == "v1"
+    assert ("create_branch", "realm-test/pushed", {"branch": "v1", "exist_ok": True}) in hub.calls
+
+
+def test_transformers_push_to_hub_cannot_upload_the_retriever(saved, tmp_path, monkeypatch):
+    """Why RealmForOpenQA.push_to_hub must delegate to realm_hf.hub.push_to_hub (transformers 5 behaviour)."""
+    from transformers.utils.hub import PushToHubMixin
+
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+
+    def no_card(*args, **kwargs):
+        raise EntryNotFoundError("no README")
+
+    monkeypatch.setattr("transformers.utils.hub.ModelCard.load", no_card)
+    # It adds the files of each top-level folder only: `retriever/corpus` is a folder, which CommitOperationAdd refuses.
+    with pytest.raises(ValueError, match="is not a file"):
+        PushToHubMixin.push_to_hub(saved[0], "realm-test/native")
+    assert not hub.commits
+
+
+def test_model_push_to_hub_is_the_realm_one(saved, tmp_path, monkeypatch):
+    if "push_to_hub" not in vars(RealmForOpenQA):
+        pytest.skip("RealmForOpenQA.push_to_hub does not delegate to realm_hf.hub.push_to_hub yet")
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+    saved[0].push_to_hub("realm-test/method")
+    (upload,) = hub.uploads
+    assert "retriever/retriever_manifest.json" in _files(upload["folder"])
+    assert parse_card_metadata((upload["folder"] / "README.md").read_text())["library_name"] == "realm-hf"
+
+
+def test_push_corpus_to_hub_as_dataset_repo(saved, tmp_path, monkeypatch):
+    model, _, path = saved
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+    push_corpus_to_hub(model.retriever, "realm-test/corpus", card_kwargs={"license": "cc-by-sa-4.0"})
+    (upload,) = hub.uploads
+    assert upload["repo_type"] == "dataset"
+    files = _files(upload["folder"])
+    assert "retriever_manifest.json" in files and "index.faiss" in files and "README.md" in files
+    assert any(f.startswith("corpus/") and f.endswith(".parquet") for f in files)
+    metadata = parse_card_metadata((upload["folder"] / "README.md").read_text())
+    assert metadata["license"] == "cc-by-sa-4.0"
+    assert metadata["configs"][0]["data_files"][0]["path"] == "corpus/*.parquet"
+    assert (
+        "create_repo",
+        "realm-test/corpus",
+        {"private": None, "exist_ok": True, "repo_type": "dataset"},
+    ) in hub.calls
+    # Referenced from a model, it loads from the cache as a dataset repo.
+    cache = str(tmp_path / "cache")
+    populate_cache(str(upload["folder"]), "realm-test/corpus", cache, repo_type="dataset")
+    copy = RealmForOpenQA.from_pretrained(path, retriever=None)
+    set_retriever_reference(copy.config, "realm-test/corpus")
+    copy.set_retriever(load_referenced_retriever(copy, cache_dir=cache))
+    assert_same_model_answers(answers_of(copy), answers_of(model))
+
+
+def test_push_corpus_to_hub_in_a_subfolder(saved, tmp_path, monkeypatch):
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+    push_corpus_to_hub(saved[0].retriever, "realm-test/corpora", path_in_repo="foldoc")
+    (upload,) = hub.uploads
+    assert "foldoc/retriever_manifest.json" in _files(upload["folder"])
+    assert upload["delete_patterns"] == ["foldoc/*"]
+    cache = str(tmp_path / "cache")
+    populate_cache(str(upload["folder"]), "realm-test/corpora", cache, repo_type="dataset")
+    local = download_retriever("realm-test/corpora", subfolder="foldoc", repo_type="dataset", cache_dir=cache)
+    assert local.endswith("foldoc") and os.path.isfile(os.path.join(local, "index.faiss"))
+    assert torch.equal(
+        torch.as_tensor(json.loads(open(os.path.join(local, "retriever_manifest.json")).read())["num_blocks"]),
+        torch.tensor(len(DOCS)),
+    )
