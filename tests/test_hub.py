@@ -1,32 +1,39 @@
 """
-One-repo save/load, the Hub cache and offline mode, corpus references, and publishing.
+One-repo save/load, the Hub (over HTTP, on localhost), the cache and offline mode, corpus references, publishing.
 
-What is covered, and how (no test reaches the network; `HF_HUB_OFFLINE=1` is set in conftest.py):
+No test reaches the network. `HF_HUB_OFFLINE=1` (conftest.py) holds everywhere except inside the `local_hub` fixture.
 
 - Local directories: `save_pretrained` -> `from_pretrained` answers identically (answers, scores, block ids), through
   `RealmForOpenQA.answer` and the pipeline.
-- Hub repo ids, offline: a Hugging Face cache is laid out by hand (`<cache>/models--org--name/snapshots/<commit>/`
-  plus `refs/main`, exactly where `huggingface_hub` looks), then `RealmForOpenQA.from_pretrained("org/name",
-  cache_dir=..., revision=...)` and `realm_hf.pipeline(...)` load weights, tokenizer, corpus and index from it through
-  the real `huggingface_hub`/transformers download code (`hf_hub_download`, `snapshot_download`, `cached_file`).
-  Also: a clear error when the retriever is not cached, the cached "does not exist" marker, and following a
-  `retriever_repo_id` reference to a dataset repo (also in the cache) or a local directory.
-- Publishing: `realm_hf.hub.push_to_hub` and `push_corpus_to_hub` with `HfApi.create_repo`, `create_branch`,
-  `hf_hub_download` (the existing README) and `upload_folder` replaced by recorders: the test checks what would be
-  uploaded (weights, config, tokenizer, Parquet corpus, FAISS index, manifest, model card with the hand-written text
-  of the existing README kept) and then loads the uploaded folder back through the cache, answering identically.
-  The same recorders show why `RealmForOpenQA` needs its own `push_to_hub`: transformers 5's `PushToHubMixin` uploads
-  folders one level deep (the retriever's `corpus/` and `tokenizer/` sub-folders break it) and replaces the README.
-
-Not covered: HTTP against a real Hub server. No Hub-compatible server installs from PyPI here: `hf-local-hub` 3.0.0
-is a thin client whose server is a Go binary that the wheel does not ship. The HTTP layer is huggingface_hub's own,
-tested upstream; what realm-hf adds (which files, which revision, which repo type, the cache and offline behaviour)
-is covered above.
+- The Hub over HTTP: no Hub-compatible server installs from PyPI here (`hf-local-hub` 3.0.0 is a thin client whose
+  server is a Go binary the wheel does not ship), so `LocalHub` below implements, in-process on 127.0.0.1, the part
+  of the Hub API that huggingface_hub calls: repo and branch creation, preupload + commit (files sent inline),
+  repo info, tree listing, card YAML validation and `resolve` downloads with the headers the client relies on
+  (`X-Repo-Commit`, `ETag`, `X-Error-Code`). Through it, with the real huggingface_hub and transformers clients:
+  `push_to_hub` (model + tokenizer + Parquet corpus + FAISS index + manifest + card) -> `from_pretrained(repo_id)` and
+  `realm_hf.pipeline(repo_id)` answer identically; only `retriever/*` is fetched for the retriever, pinned to one
+  commit; the cache huggingface_hub filled then serves the model offline; a hand-edited README on the Hub keeps its
+  text and metadata across pushes; pushes to a branch load with `revision=`; a model repo referencing a corpus
+  dataset repo (`push_corpus_to_hub` + `set_retriever_reference`) loads it; a repo without a retriever loads without
+  one, online (404) and offline (the cached "does not exist" marker).
+  Not covered by it: the real Hub's large-file paths (LFS / Xet uploads; `LocalHub` asks for inline uploads), auth,
+  rate limits, and anything the real server does differently from this subset.
+- The cache laid out by hand (`<cache>/models--org--name/snapshots/<commit>/` + `refs/main`) for offline loading
+  by repo id and revision, and the clear error when the retriever is not in the cache.
+- Publishing details with `HfApi` replaced by recorders: what exactly is uploaded (and deleted), branches, dataset
+  repos and subfolders, and why `RealmForOpenQA` needs its own `push_to_hub` (transformers 5's `PushToHubMixin`
+  uploads folders one level deep, so the retriever's `corpus/` and `tokenizer/` sub-folders make it fail).
 """
 
+import base64
+import hashlib
 import json
 import os
+import re
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
 
 import pytest
 import torch
@@ -210,6 +217,284 @@ def test_load_retriever_from_hub_signature_matches_modeling_call(saved, tmp_path
     populate_cache(saved[2], "realm-test/tiny", cache)
     retriever = load_retriever_from_hub(saved[0], "realm-test/tiny", revision="main", cache_dir=cache, token=None)
     assert len(retriever) == len(DOCS)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A Hub-compatible server on localhost
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class LocalHub:
+    """
+    An in-process HTTP server implementing the part of the Hub API that huggingface_hub uses to create repos and
+    branches, upload (preupload + commit with inline files), list (repo info, tree), validate card YAML and download
+    (`resolve`, with the `X-Repo-Commit`/`ETag` headers and `X-Error-Code` errors the client relies on). Storage is in
+    memory; every commit keeps a full copy of the repo's files.
+    """
+
+    def __init__(self):
+        self.repos = {}  # (type, repo_id) -> {"branches": {name: sha}, "commits": {sha: {path: bytes}}}
+        self.log = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- storage ----------------------------------------------------------------------------------------------------
+
+    def _create(self, repo_type, repo_id):
+        key = (repo_type, repo_id)
+        if key not in self.repos:
+            sha = hashlib.sha1(f"{repo_type}/{repo_id}/init".encode()).hexdigest()
+            self.repos[key] = {"branches": {"main": sha}, "commits": {sha: {}}}
+        return self.repos[key]
+
+    def _resolve(self, repo, revision):
+        revision = unquote(revision)
+        if revision in repo["branches"]:
+            return repo["branches"][revision]
+        if revision in repo["commits"]:
+            return revision
+        return None
+
+    def _handler(hub):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, body=b"", headers=None, content_type="application/json"):
+                if isinstance(body, (dict, list)):
+                    body = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _error(self, status, code, headers=None):
+                self._send(status, {"error": code}, {"X-Error-Code": code, "X-Error-Message": code, **(headers or {})})
+
+            def _body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _repo(self, repo_type, repo_id):
+                repo = hub.repos.get((repo_type, repo_id))
+                if repo is None:
+                    self._error(404, "RepoNotFound")
+                return repo
+
+            def do_HEAD(self):
+                self.do_GET()
+
+            def do_GET(self):
+                path = urlparse(self.path).path
+                hub.log.append((self.command, self.path))
+                m = re.fullmatch(r"/(?:(datasets)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+                if m:
+                    repo_type = "dataset" if m.group(1) else "model"
+                    repo = self._repo(repo_type, m.group(2))
+                    if repo is None:
+                        return
+                    sha = hub._resolve(repo, m.group(3))
+                    if sha is None:
+                        return self._error(404, "RevisionNotFound")
+                    filename = unquote(m.group(4))
+                    files = repo["commits"][sha]
+                    if filename not in files:
+                        # Like the Hub: the commit comes along, so clients can cache that the file does not exist.
+                        return self._error(404, "EntryNotFound", {"X-Repo-Commit": sha})
+                    data = files[filename]
+                    etag = hashlib.sha1(data).hexdigest()
+                    return self._send(
+                        200, data, {"X-Repo-Commit": sha, "ETag": f'"{etag}"'}, "application/octet-stream"
+                    )
+                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
+                if m:
+                    repo = self._repo(m.group(1)[:-1], m.group(2))
+                    if repo is None:
+                        return
+                    sha = hub._resolve(repo, m.group(3) or "main")
+                    if sha is None:
+                        return self._error(404, "RevisionNotFound")
+                    siblings = [{"rfilename": p} for p in sorted(repo["commits"][sha])]
+                    return self._send(200, {"id": m.group(2), "sha": sha, "siblings": siblings, "private": False})
+                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?", path)
+                if m:
+                    repo = self._repo(m.group(1)[:-1], m.group(2))
+                    if repo is None:
+                        return
+                    sha = hub._resolve(repo, m.group(3))
+                    prefix = unquote(m.group(4) or "").strip("/")
+                    entries = [
+                        {"type": "file", "path": p, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
+                        for p, d in sorted(repo["commits"][sha].items())
+                        if not prefix or p.startswith(prefix + "/")
+                    ]
+                    return self._send(200, entries)
+                self._error(404, "NotFound")
+
+            def do_POST(self):
+                path = urlparse(self.path).path
+                hub.log.append((self.command, self.path))
+                body = self._body()
+                if path == "/api/validate-yaml":
+                    return self._send(200, {"errors": [], "warnings": []})
+                if path == "/api/repos/create":
+                    payload = json.loads(body)
+                    repo_type = payload.get("type") or "model"
+                    repo_id = f"{payload['organization']}/{payload['name']}"
+                    hub._create(repo_type, repo_id)
+                    prefix = "datasets/" if repo_type == "dataset" else ""
+                    return self._send(200, {"url": f"{hub.url}/{prefix}{repo_id}", "name": repo_id})
+                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(preupload|commit|branch)/([^/]+)", path)
+                if not m:
+                    return self._error(404, "NotFound")
+                repo = self._repo(m.group(1)[:-1], m.group(2))
+                if repo is None:
+                    return
+                action, revision = m.group(3), unquote(m.group(4))
+                if action == "branch":
+                    repo["branches"].setdefault(revision, repo["branches"]["main"])
+                    return self._send(200, {})
+                sha = hub._resolve(repo, revision)
+                if sha is None:
+                    return self._error(404, "RevisionNotFound")
+                if action == "preupload":
+                    files = json.loads(body)["files"]
+                    modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]
+                    return self._send(200, {"files": modes, "commitOid": sha})
+                files = dict(repo["commits"][sha])
+                for line in body.decode().splitlines():
+                    if not line.strip():
+                        continue
+                    item = json.loads(line)
+                    value = item["value"]
+                    if item["key"] == "file":
+                        files[value["path"]] = base64.b64decode(value["content"])
+                    elif item["key"] == "deletedFile":
+                        files.pop(value["path"], None)
+                    elif item["key"] == "deletedFolder":
+                        for p in [p for p in files if p.startswith(value["path"].rstrip("/") + "/")]:
+                            del files[p]
+                    elif item["key"] != "header":
+                        return self._error(400, f"Unsupported{item['key']}")
+                new = hashlib.sha1(
+                    json.dumps(sorted((p, hashlib.sha1(d).hexdigest()) for p, d in files.items())).encode()
+                    + sha.encode()
+                ).hexdigest()
+                repo["commits"][new] = files
+                repo["branches"][revision if revision in repo["branches"] else "main"] = new
+                return self._send(
+                    200,
+                    {"commitUrl": f"{hub.url}/{m.group(2)}/commit/{new}", "commitOid": new, "pullRequestUrl": None},
+                )
+
+        return Handler
+
+
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    """Point huggingface_hub (and so transformers) at a LocalHub, online, with a fresh cache; offline again after."""
+    with LocalHub() as hub:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        # transformers keeps one HfApi, made with the endpoint of its first use: let it make one for this server.
+        monkeypatch.setattr("transformers.utils.hub._hf_api", None)
+        monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")  # never leaves 127.0.0.1
+        hub.cache = str(tmp_path / "hf-cache")
+        yield hub
+        assert not [entry for entry in hub.log if entry[0] == "POST" and "/api/" not in entry[1]]
+
+
+def test_push_and_load_through_a_local_hub(saved, local_hub, monkeypatch):
+    model = saved[0]
+    push_to_hub(model, "realm-test/tiny", model_card_kwargs={"eval_results": {"exact_match": 12.5}})
+    files = sorted(
+        local_hub.repos[("model", "realm-test/tiny")]["commits"][
+            local_hub.repos[("model", "realm-test/tiny")]["branches"]["main"]
+        ]
+    )
+    assert {
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "retriever/retriever_manifest.json",
+        "retriever/index.faiss",
+    } <= set(files)
+    assert any(f.startswith("retriever/corpus/") and f.endswith(".parquet") for f in files)
+
+    reloaded = RealmForOpenQA.from_pretrained("realm-test/tiny")
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+    pipe = realm_hf.pipeline("question-answering", model="realm-test/tiny")
+    original = realm_hf.pipeline("question-answering", model=model)
+    assert_same_answers(pipe(QUESTIONS[0], top_k=3), original(QUESTIONS[0], top_k=3))
+    # Only the retriever folder was fetched for the retriever (allow_patterns), pinned to one commit.
+    resolved = [unquote(path) for method, path in local_hub.log if method == "GET" and "/resolve/" in path]
+    commit = local_hub.repos[("model", "realm-test/tiny")]["branches"]["main"]
+    assert any(f"/resolve/{commit}/retriever/index.faiss" in path for path in resolved)
+
+    # The cache huggingface_hub filled (blobs + symlinks) then serves the same model offline.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    offline = RealmForOpenQA.from_pretrained("realm-test/tiny")
+    assert_same_model_answers(answers_of(offline), answers_of(model))
+
+
+def test_hand_written_readme_on_the_hub_survives_a_push(saved, local_hub):
+    from huggingface_hub import HfApi
+
+    push_to_hub(saved[0], "realm-test/card", save_retriever=False)
+    readme = HfApi().hf_hub_download("realm-test/card", "README.md")
+    text = open(readme).read().replace("license: apache-2.0", "license: mit") + "\n## Notes\n\nWritten on the Hub.\n"
+    HfApi().upload_file(path_or_fileobj=text.encode(), path_in_repo="README.md", repo_id="realm-test/card")
+    push_to_hub(saved[0], "realm-test/card", save_retriever=False, model_card_kwargs={"eval_results": {"f1": 55.0}})
+    card = open(HfApi().hf_hub_download("realm-test/card", "README.md")).read()
+    assert "Written on the Hub." in card and card.count("## Notes") == 1
+    metadata = parse_card_metadata(card)
+    assert metadata["license"] == "mit"
+    assert metadata["model-index"][0]["results"][0]["metrics"][0] == {"type": "f1", "value": 55.0, "name": "F1"}
+
+
+def test_branches_references_and_absent_retrievers_through_a_local_hub(saved, local_hub, monkeypatch):
+    model, _, path = saved
+    # A corpus in a dataset repo; a model repo without a retriever that references it, on a branch.
+    push_corpus_to_hub(model.retriever, "realm-test/corpus")
+    corpus_commit = local_hub.repos[("dataset", "realm-test/corpus")]["branches"]["main"]
+    referencing = RealmForOpenQA.from_pretrained(path, retriever=None)
+    set_retriever_reference(referencing.config, "realm-test/corpus", revision=corpus_commit)
+    push_to_hub(referencing, "realm-test/model-only", save_retriever=False, revision="v1")
+    main = local_hub.repos[("model", "realm-test/model-only")]["branches"]["main"]
+    assert "config.json" not in local_hub.repos[("model", "realm-test/model-only")]["commits"][main]
+    reloaded = RealmForOpenQA.from_pretrained("realm-test/model-only", revision="v1")
+    assert reloaded.config.retriever_repo_id == "realm-test/corpus"
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+
+    # A model repo with neither a retriever nor a reference loads without one (the 404 is an answer, not an error)...
+    bare = RealmForOpenQA.from_pretrained(path, retriever=None)
+    bare.set_retriever(None)
+    push_to_hub(bare, "realm-test/bare")
+    assert RealmForOpenQA.from_pretrained("realm-test/bare").retriever is None
+    # ... and offline too: huggingface_hub cached that the manifest does not exist.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert RealmForOpenQA.from_pretrained("realm-test/bare").retriever is None
+    assert RealmForOpenQA.from_pretrained("realm-test/model-only", revision="v1").retriever is not None
 
 
 # ------------------------------------------------------------------------------------------------------------------
