@@ -1,0 +1,344 @@
+"""
+LoRA for REALM through `peft`: adapters on the reader's and the question embedder's attention, trained with the
+usual fine-tuning code ([`RealmOpenQATrainer`] or a plain loop), saved as a small safetensors adapter, loaded back
+onto a base model, and merged into plain weights.
+
+```python
+>>> from realm_hf import RealmForOpenQA
+>>> from realm_hf.peft_utils import add_lora, load_adapter, merge_adapter, save_adapter
+
+>>> model = RealmForOpenQA.from_pretrained("path/to/realm-model")
+>>> peft_model = add_lora(model, targets=("reader", "query_embedder"), r=8)
+>>> # ... train peft_model with RealmOpenQATrainer ...
+>>> save_adapter(peft_model, "my-adapter")  # adapter_config.json + adapter_model.safetensors
+
+>>> peft_model = load_adapter(RealmForOpenQA.from_pretrained("path/to/realm-model"), "my-adapter")
+>>> merged = merge_adapter(peft_model)  # a plain RealmForOpenQA again, retriever attached
+>>> merged.save_pretrained("merged-model")
+```
+
+The corpus index is not touched: its block embeddings come from the document embedder, which LoRA leaves alone by
+default, so the index built for the base model stays valid for the adapted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Component name -> attribute path, per model class. The paper's fine-tuning trains the question embedder and the
+# reader and keeps the document embedder fixed (the index is precomputed with it), hence the default targets.
+_COMPONENTS = {
+    "RealmForOpenQA": {"reader": "reader", "query_embedder": "embedder", "document_embedder": "document_embedder"},
+    "RealmReader": {"reader": ""},
+    "RealmEmbedder": {"query_embedder": "", "document_embedder": "", "embedder": ""},
+    "RealmScorer": {"query_embedder": "embedder", "document_embedder": "embedder", "embedder": "embedder"},
+    "RealmKnowledgeAugEncoder": {"encoder": ""},
+    "RealmForInverseClozeTask": {"query_embedder": "query_embedder", "document_embedder": "embedder"},
+}
+
+DEFAULT_TARGETS = ("reader", "query_embedder")
+DEFAULT_TARGET_MODULES = ("query", "value")
+
+
+def _component_paths(model: torch.nn.Module) -> dict[str, str]:
+    name = type(model).__name__
+    if name == "RealmForPreTraining":
+        # Query and document embedder may be one module (`share_query_document_embedder`).
+        separate = model._modules.get("query_embedder") is not None
+        return {
+            "query_embedder": "query_embedder" if separate else "embedder",
+            "document_embedder": "embedder",
+            "embedder": "embedder",
+            "encoder": "encoder",
+        }
+    return dict(_COMPONENTS.get(name, {}))
+
+
+@contextlib.contextmanager
+def _input_embeddings_for_peft(model: torch.nn.Module):
+    """
+    `peft` asks the model for `get_input_embeddings()` (to find weights tied to the embeddings). REALM models made of
+    several encoders (e.g. [`RealmForOpenQA`]: question embedder + reader) have no single input embedding and raise
+    `NotImplementedError`; for the duration of the call, answer with the first component's embeddings.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        base.get_input_embeddings()
+    except NotImplementedError:
+        pass
+    else:
+        yield
+        return
+    component = next(
+        (
+            getattr(base, name)
+            for name in ("reader", "embedder", "encoder")
+            if hasattr(getattr(base, name, None), "get_input_embeddings")
+        ),
+        None,
+    )
+    if component is None:
+        yield
+        return
+    # An instance attribute shadows the class method; removed again below so the model is left as it was.
+    base.get_input_embeddings = component.get_input_embeddings
+    try:
+        yield
+    finally:
+        del base.get_input_embeddings
+
+
+def lora_target_regex(
+    model: torch.nn.Module,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
+) -> str:
+    r"""
+    The `target_modules` regular expression that selects the attention projections `target_modules` of the BERT
+    encoders in the components `targets` of `model` (and nothing else: e.g. `embedder` never matches
+    `document_embedder`).
+
+    Args:
+        model (`torch.nn.Module`): A REALM model ([`RealmForOpenQA`], [`RealmReader`], [`RealmEmbedder`], ...).
+        targets (`Sequence[str]`): Components: `"reader"`, `"query_embedder"`, `"document_embedder"`, `"encoder"`
+            (whichever the model has), or the attribute name of a submodule.
+        target_modules (`Sequence[str]`): Linear layers of the BERT attention: any of `"query"`, `"key"`,
+            `"value"` (in `attention.self`) and `"dense"` (the attention output projection, `attention.output`).
+
+    Returns:
+        `str`: A pattern for `peft.LoraConfig(target_modules=...)`, which `peft` matches with `re.fullmatch`.
+
+    Example: for [`RealmForOpenQA`] with the defaults,
+    `(?:reader|embedder)\.realm\.encoder\.layer\.\d+\.attention\.(?:self\.(?:query|value))`.
+    """
+    if isinstance(targets, str):
+        targets = (targets,)
+    if isinstance(target_modules, str):
+        target_modules = (target_modules,)
+    if not targets:
+        raise ValueError("`targets` is empty: name at least one component, e.g. ('reader', 'query_embedder').")
+    if not target_modules:
+        raise ValueError("`target_modules` is empty: name at least one attention projection, e.g. ('query', 'value').")
+    components = _component_paths(model)
+    prefixes = []
+    for target in targets:
+        if target in components:
+            path = components[target]
+        elif isinstance(getattr(model, target, None), torch.nn.Module):
+            path = target
+        else:
+            known = sorted(components) or ["(none known)"]
+            raise ValueError(
+                f"{type(model).__name__} has no component {target!r} to put LoRA on; choose from {', '.join(known)}."
+            )
+        if path and getattr(model, path, None) is None:
+            raise ValueError(f"{type(model).__name__}.{path} is not set, so {target!r} cannot get LoRA adapters.")
+        if path not in prefixes:
+            prefixes.append(path)
+    if "" in prefixes:
+        prefix = ""  # the model is the component itself
+    else:
+        prefix = "(?:" + "|".join(re.escape(p) for p in prefixes) + r")\."
+    layers = []
+    self_projections = [m for m in target_modules if m in ("query", "key", "value")]
+    unknown = [m for m in target_modules if m not in ("query", "key", "value", "dense")]
+    if unknown:
+        raise ValueError(
+            f"Unknown attention projection(s) {unknown}: `target_modules` may contain 'query', 'key', 'value', 'dense'."
+        )
+    if self_projections:
+        layers.append(r"self\.(?:" + "|".join(self_projections) + ")")
+    if "dense" in target_modules:
+        layers.append(r"output\.dense")
+    return prefix + r"realm\.encoder\.layer\.\d+\.attention\.(?:" + "|".join(layers) + ")"
+
+
+def add_lora(
+    model: torch.nn.Module,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    r: int = 8,
+    alpha: int = 16,
+    dropout: float = 0.0,
+    target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
+    adapter_name: str = "default",
+    **lora_kwargs,
+):
+    r"""
+    Wrap a REALM model in a `peft` LoRA model whose only trainable parameters are low-rank adapters on the
+    attention projections of the chosen components.
+
+    The returned `PeftModel` behaves like the model: `peft_model(input_ids=..., questions=..., answers=...)` passes
+    every keyword through, `peft_model.retriever`, `peft_model.answer(...)` and `peft_model.embed_questions(...)`
+    reach the wrapped model, and it trains with [`RealmOpenQATrainer`]. To replace the retriever call
+    `peft_model.set_retriever(...)` (plain attribute assignment would land on the wrapper).
+
+    Args:
+        model (`torch.nn.Module`): The model to adapt, e.g. [`RealmForOpenQA`] or [`RealmReader`]. Modified in place
+            (adapter layers are injected and every other parameter is frozen).
+        targets (`Sequence[str]`, *optional*, defaults to `("reader", "query_embedder")`):
+            Components to adapt (see [`lora_target_regex`]). Adapting `"document_embedder"` makes the index stale:
+            re-index after training.
+        r (`int`, *optional*, defaults to 8): LoRA rank.
+        alpha (`int`, *optional*, defaults to 16): LoRA scaling numerator (`lora_alpha`).
+        dropout (`float`, *optional*, defaults to 0.0): Dropout on the LoRA input.
+        target_modules (`Sequence[str]`, *optional*, defaults to `("query", "value")`): Attention projections.
+        adapter_name (`str`, *optional*, defaults to `"default"`): Name of the adapter.
+        **lora_kwargs: Other `peft.LoraConfig` arguments (`use_rslora`, `init_lora_weights`, ...).
+
+    Returns:
+        `peft.PeftModel`
+    """
+    from peft import LoraConfig, get_peft_model
+
+    if r < 1:
+        raise ValueError(f"LoRA rank `r` must be >= 1, got {r}.")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"LoRA `dropout` must be in [0, 1), got {dropout}.")
+    pattern = lora_target_regex(model, targets, target_modules)
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=pattern,
+        bias=lora_kwargs.pop("bias", "none"),
+        **lora_kwargs,
+    )
+    with _input_embeddings_for_peft(model):
+        peft_model = get_peft_model(model, config, adapter_name=adapter_name)
+    trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError(f"No module of {type(model).__name__} matched {pattern!r}: nothing to train.")
+    logger.info("LoRA on %s: %d trainable tensors (pattern %s).", type(model).__name__, len(trainable), pattern)
+    return peft_model
+
+
+def save_adapter(peft_model, save_directory: str | os.PathLike, **kwargs) -> str:
+    r"""
+    Save only the adapter: `adapter_config.json` and `adapter_model.safetensors` (no pickle), a few hundred KB for a
+    base-size model. Files are written to a temporary folder next to `save_directory` and moved in one by one
+    with `os.replace`, so a crash never leaves a half-written adapter.
+
+    Args:
+        peft_model (`peft.PeftModel`): The adapted model (from [`add_lora`] or [`load_adapter`]).
+        save_directory (`str` or `os.PathLike`): Target directory (created if needed; existing adapter files are
+            replaced).
+        **kwargs: Passed to `PeftModel.save_pretrained` (e.g. `selected_adapters`); `safe_serialization` is
+            always `True`.
+
+    Returns:
+        `str`: The directory.
+    """
+    if not hasattr(peft_model, "peft_config"):
+        raise ValueError("save_adapter expects a peft model (from add_lora or load_adapter), not a plain model.")
+    save_directory = os.path.abspath(os.fspath(save_directory))
+    if os.path.exists(save_directory) and not os.path.isdir(save_directory):
+        raise ValueError(f"{save_directory} exists and is not a directory.")
+    parent = os.path.dirname(save_directory)
+    os.makedirs(parent, exist_ok=True)
+    kwargs["safe_serialization"] = True
+    tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(save_directory)}.tmp-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    try:
+        with _input_embeddings_for_peft(peft_model):
+            peft_model.save_pretrained(tmp_dir, **kwargs)
+        os.makedirs(save_directory, exist_ok=True)
+        for root, _dirs, files in os.walk(tmp_dir):
+            target_root = os.path.join(save_directory, os.path.relpath(root, tmp_dir))
+            os.makedirs(target_root, exist_ok=True)
+            for name in files:
+                source = os.path.join(root, name)
+                os.chmod(source, mode)  # safetensors writes private temporary files; adapters are ordinary files
+                os.replace(source, os.path.join(target_root, name))
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return save_directory
+
+
+def load_adapter(
+    base_model: torch.nn.Module,
+    adapter_directory: str | os.PathLike,
+    adapter_name: str = "default",
+    is_trainable: bool = False,
+    **kwargs,
+):
+    r"""
+    Load a saved adapter onto a base model (the same architecture and base weights the adapter was trained on).
+
+    Args:
+        base_model (`torch.nn.Module`): A fresh base model, e.g. `RealmForOpenQA.from_pretrained(base_dir)`; its
+            retriever stays attached and reachable as `peft_model.retriever`.
+        adapter_directory (`str` or `os.PathLike`): What [`save_adapter`] wrote (or a Hub adapter repo id).
+        adapter_name (`str`, *optional*, defaults to `"default"`)
+        is_trainable (`bool`, *optional*, defaults to `False`): Keep the adapter trainable (to continue training).
+        **kwargs: Passed to `peft.PeftModel.from_pretrained`.
+
+    Returns:
+        `peft.PeftModel`
+    """
+    from peft import PeftModel
+
+    adapter_directory = os.fspath(adapter_directory)
+    if os.path.isdir(adapter_directory):
+        if not os.path.exists(os.path.join(adapter_directory, "adapter_config.json")):
+            raise OSError(f"{adapter_directory} has no adapter_config.json: it is not a saved adapter.")
+        if not os.path.exists(os.path.join(adapter_directory, "adapter_model.safetensors")):
+            # peft would fall back to adapter_model.bin (pickle); refuse, as everything else in realm-hf does.
+            raise OSError(
+                f"{adapter_directory} has no adapter_model.safetensors; pickled adapters are not loaded. "
+                "Re-save the adapter with `save_adapter` (safetensors)."
+            )
+    with _input_embeddings_for_peft(base_model):
+        peft_model = PeftModel.from_pretrained(
+            base_model, adapter_directory, adapter_name=adapter_name, is_trainable=is_trainable, **kwargs
+        )
+    if not is_trainable:
+        peft_model.eval()
+    return peft_model
+
+
+def merge_adapter(peft_model, safe_merge: bool = True):
+    r"""
+    Fold the LoRA weights into the base weights and drop the adapter layers (`merge_and_unload`).
+
+    Args:
+        peft_model (`peft.PeftModel`): The adapted model.
+        safe_merge (`bool`, *optional*, defaults to `True`): Check the merged weights for NaNs before replacing the
+            originals.
+
+    Returns:
+        The base model class (e.g. a plain [`RealmForOpenQA`], retriever still attached) with merged weights; it
+        saves and loads like any other REALM model.
+    """
+    if not hasattr(peft_model, "merge_and_unload"):
+        raise ValueError("merge_adapter expects a peft model (from add_lora or load_adapter).")
+    with _input_embeddings_for_peft(peft_model):
+        return peft_model.merge_and_unload(safe_merge=safe_merge)
+
+
+def lora_parameter_names(model: torch.nn.Module) -> list[str]:
+    """Names of the trainable parameters of `model` (after [`add_lora`]: exactly the LoRA matrices)."""
+    return [name for name, param in model.named_parameters() if param.requires_grad]
+
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "DEFAULT_TARGET_MODULES",
+    "add_lora",
+    "load_adapter",
+    "lora_parameter_names",
+    "lora_target_regex",
+    "merge_adapter",
+    "save_adapter",
+]
