@@ -751,6 +751,10 @@ class RealmForOpenQA(RealmPreTrainedModel):
         self.retriever = retriever
         self.post_init()
 
+    def get_input_embeddings(self):
+        """The question embedder's word embeddings (what PEFT and `resize_token_embeddings` look for)."""
+        return self.embedder.get_input_embeddings()
+
     def add_document_embedder(self, embedder: RealmEmbedder | None = None, trainable: bool = True) -> RealmEmbedder:
         r"""
         Give the model its own document embedder, for end-to-end retriever training.

@@ -1,0 +1,340 @@
+"""Asynchronous index refresh while the document embedder trains: [`RealmReindexCallback`]."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+REINDEX_STATE_NAME = "reindex_state.json"
+
+
+def unwrap_realm_model(model):
+    """Strip DDP / Accelerate / PEFT wrappers to reach the REALM model."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+            model = model.module
+        elif hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        else:
+            return model
+
+
+def document_embedder_of(model) -> torch.nn.Module:
+    """
+    The embedder whose outputs fill the index: `document_embedder` when the model has one (end-to-end Open-QA
+    training, REALM pre-training), otherwise `embedder`.
+    """
+    model = unwrap_realm_model(model)
+    embedder = getattr(model, "document_embedder", None)
+    if embedder is None:
+        embedder = getattr(model, "embedder", None)
+    if embedder is None:
+        raise ValueError(f"{type(model).__name__} has no `document_embedder` or `embedder` to re-index with.")
+    return embedder
+
+
+def _distributed_info() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class RealmReindexCallback(TrainerCallback):
+    r"""
+    Keeps the retriever's index fresh while the document embedder trains, without stopping training.
+
+    Every `refresh_steps` optimizer steps the callback snapshots the document embedder (a copy of its weights at
+    that step), re-embeds the whole corpus with the snapshot in a background worker, builds a new index of the
+    same type, and swaps it in atomically at the end of the first training step after it is ready. Training keeps
+    using the old index meanwhile; the delay between snapshot and swap (in steps) is logged as `staleness`. If a
+    refresh fails, the error is logged and training continues on the old index.
+
+    With several processes (`accelerate launch`, DDP) each process embeds its share of the corpus; the shares are
+    gathered over a separate gloo group so every process swaps in the same index at the same step.
+
+    Use it with [`~transformers.Trainer`] (`callbacks=[RealmReindexCallback(retriever, refresh_steps=500)]`), or in a
+    plain training loop by calling `reindexer.step(global_step, model)` after each optimizer step.
+
+    Args:
+        retriever ([`RealmRetriever`]): The corpus and index the model retrieves from (the same object).
+        refresh_steps (`int`, *optional*, defaults to 500): Refresh period in optimizer steps (the paper's value).
+        batch_size (`int`, *optional*, defaults to 128): Blocks per embedding batch.
+        device (`str` or `torch.device`, *optional*): Device for re-embedding (e.g. a spare GPU); defaults to the
+            device of the embedder.
+        dtype (`torch.dtype`, *optional*): Autocast dtype for re-embedding (fp16/bf16 on GPUs).
+        background (`bool`, *optional*, defaults to `True`): Refresh in a worker thread while training continues.
+            With `False` the refresh runs inline (training pauses), which is what one wants for tests or on a
+            machine with no spare core.
+        save_with_checkpoints (`bool`, *optional*, defaults to `True`): Save the current index into each Trainer
+            checkpoint (`checkpoint-N/retriever/`) and restore it on resume.
+        keep_last_snapshot (`bool`, *optional*, defaults to `False`): Keep the embedder copy of the last swapped
+            refresh as `last_snapshot` (for inspection and tests; costs one embedder's memory).
+    """
+
+    def __init__(
+        self,
+        retriever,
+        refresh_steps: int = 500,
+        batch_size: int = 128,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        background: bool = True,
+        save_with_checkpoints: bool = True,
+        keep_last_snapshot: bool = False,
+        show_progress: bool = False,
+    ):
+        if refresh_steps < 1:
+            raise ValueError(f"refresh_steps must be >= 1, got {refresh_steps}.")
+        self.retriever = retriever
+        self.refresh_steps = refresh_steps
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.background = background
+        self.save_with_checkpoints = save_with_checkpoints
+        self.keep_last_snapshot = keep_last_snapshot
+        self.show_progress = show_progress
+
+        self.refresh_count = 0
+        self.failed_refreshes = 0
+        self.history: list[dict[str, Any]] = []
+        self.last_snapshot: torch.nn.Module | None = None
+        self.last_refresh_step: int | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._future: Future | None = None
+        self._snapshot_step: int | None = None
+        self._snapshot: torch.nn.Module | None = None
+        self._started_at: float | None = None
+        self._pending_logs: dict[str, float] = {}
+        self._gather_group = None
+        self._sync_group = None
+
+    # ---------------------------------------------------------------- core (shared by Trainer and plain loops)
+
+    def step(self, global_step: int, model) -> dict[str, float]:
+        """
+        Call after each optimizer step of a plain (e.g. Accelerate) training loop: swaps in a finished refresh and
+        starts a new one every `refresh_steps` steps.
+
+        Returns:
+            `dict`: metrics of a refresh swapped in at this step (empty otherwise), to log as you like.
+        """
+        logs: dict[str, float] = {}
+        if self._future is not None and self._all_ranks_done():
+            logs = self._finish(global_step)
+        if global_step > 0 and global_step % self.refresh_steps == 0:
+            if self._future is None:
+                self._start(global_step, model)
+                if not self.background:
+                    logs = self._finish(global_step)
+            else:
+                logger.warning(
+                    "Index refresh from step %d is still running at step %d; skipping this refresh (consider a larger "
+                    "refresh_steps or a faster indexing device).",
+                    self._snapshot_step,
+                    global_step,
+                )
+        return logs
+
+    def wait(self, global_step: int | None = None) -> dict[str, float]:
+        """Block until the running refresh (if any) finishes, and swap it in."""
+        if self._future is None:
+            return {}
+        self._future.exception()  # waits; errors are handled in _finish
+        return self._finish(global_step if global_step is not None else self._snapshot_step)
+
+    def refresh_now(self, model, global_step: int = 0) -> dict[str, float]:
+        """Re-embed the corpus with the model's current document embedder and swap the index in, synchronously."""
+        if self._future is not None:
+            self.wait(global_step)
+        self._start(global_step, model)
+        return self._finish(global_step)
+
+    def close(self) -> None:
+        """Stop the worker (waits for a running refresh to end, without swapping it in)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._future = None
+
+    def _start(self, global_step: int, model) -> None:
+        embedder = document_embedder_of(model)
+        device = torch.device(self.device) if self.device is not None else next(embedder.parameters()).device
+        # The snapshot is what makes the refresh consistent: training keeps updating `embedder` meanwhile.
+        snapshot = copy.deepcopy(embedder).to(device).eval()
+        snapshot.requires_grad_(False)
+        self._snapshot, self._snapshot_step, self._started_at = snapshot, global_step, time.perf_counter()
+        rank, world_size = _distributed_info()
+        if world_size > 1 and self._gather_group is None:
+            # Separate groups: the worker thread's collectives must never interleave with DDP's or the main
+            # thread's on the default group.
+            self._gather_group = torch.distributed.new_group(backend="gloo")
+            self._sync_group = torch.distributed.new_group(backend="gloo")
+        if self.background:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="realm-reindex")
+            self._future = self._executor.submit(self._build, snapshot, rank, world_size)
+        else:
+            future: Future = Future()
+            try:
+                future.set_result(self._build(snapshot, rank, world_size))
+            except Exception as error:  # reported in _finish, like a background failure
+                future.set_exception(error)
+            self._future = future
+
+    def _build(self, snapshot, rank: int, world_size: int):
+        """Worker: embed this process's share of the corpus, gather the shares, build the new index state."""
+        from ..retrieval_realm import fingerprint_module
+
+        num_blocks = len(self.retriever)
+        bounds = [num_blocks * r // world_size for r in range(world_size + 1)]
+        start, end = bounds[rank], bounds[rank + 1]
+        embeddings = self.retriever.embed_corpus(
+            snapshot,
+            start=start,
+            end=end,
+            batch_size=self.batch_size,
+            dtype=self.dtype,
+            show_progress=self.show_progress and rank == 0,
+        )
+        if world_size > 1:
+            embeddings = self._gather(embeddings, bounds)
+        return self.retriever.build_index_state(embeddings, embedder_fingerprint=fingerprint_module(snapshot))
+
+    def _gather(self, embeddings: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+        # all_gather needs equal shapes: pad every share to the largest, then cut each back.
+        sizes = [bounds[r + 1] - bounds[r] for r in range(len(bounds) - 1)]
+        padded = torch.zeros(max(sizes), embeddings.shape[1], dtype=torch.float32)
+        padded[: embeddings.shape[0]] = embeddings.float().cpu()
+        shares = [torch.empty_like(padded) for _ in sizes]
+        torch.distributed.all_gather(shares, padded, group=self._gather_group)
+        return torch.cat([share[:size] for share, size in zip(shares, sizes)])
+
+    def _all_ranks_done(self) -> bool:
+        done = self._future is not None and self._future.done()
+        if self._sync_group is None:
+            return done
+        # Every process swaps at the same step: a tiny MIN-reduce over "done" flags, only while a refresh runs.
+        flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=self._sync_group)
+        return bool(flag.item())
+
+    def _finish(self, global_step: int | None) -> dict[str, float]:
+        future, snapshot_step, snapshot = self._future, self._snapshot_step, self._snapshot
+        self._future, self._snapshot = None, None
+        elapsed = time.perf_counter() - self._started_at
+        step = global_step if global_step is not None else snapshot_step
+        try:
+            state = future.result()
+            self.retriever.swap_index_state(state)
+        except Exception as error:  # a failed refresh must never stop training
+            self.failed_refreshes += 1
+            logger.error("Index refresh from step %d failed; keeping the old index: %r", snapshot_step, error)
+            record = {"reindex/failed": 1.0, "reindex/snapshot_step": float(snapshot_step), "step": step}
+            self.history.append({**record, "error": repr(error)})
+            self._pending_logs.update({"reindex/failed_refreshes": float(self.failed_refreshes)})
+            return {"reindex/failed_refreshes": float(self.failed_refreshes)}
+        self.refresh_count += 1
+        self.last_refresh_step = snapshot_step
+        if self.keep_last_snapshot:
+            self.last_snapshot = snapshot
+        logs = {
+            "reindex/refreshes": float(self.refresh_count),
+            "reindex/staleness": float(step - snapshot_step),
+            "reindex/refresh_seconds": round(elapsed, 3),
+            "reindex/index_size": float(len(self.retriever)),
+        }
+        self.history.append({**logs, "reindex/snapshot_step": float(snapshot_step), "step": step})
+        logger.info("Swapped in the index embedded at step %d (at step %d, %.1fs).", snapshot_step, step, elapsed)
+        self._pending_logs.update(logs)
+        return logs
+
+    # ---------------------------------------------------------------- Trainer hooks
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        logs = self.step(state.global_step, model)
+        if logs:
+            # Into the Trainer's own log history, so the metrics land with the run (and in trainer_state.json).
+            state.log_history.append({**logs, "step": state.global_step})
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and self._pending_logs:
+            logs.update(self._pending_logs)
+            self._pending_logs = {}
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.save_with_checkpoints or not state.is_world_process_zero:
+            return control
+        checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(checkpoint):
+            self.save_checkpoint(checkpoint)
+        return control
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.save_with_checkpoints and state.global_step > 0:
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if os.path.isdir(os.path.join(checkpoint, "retriever")):
+                self.load_checkpoint(checkpoint)
+            else:
+                logger.warning(
+                    "Resuming at step %d but %s holds no saved index; the index will be current only after the next "
+                    "refresh.",
+                    state.global_step,
+                    checkpoint,
+                )
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        # Do not leave a refresh half-done: finish it, so the saved model ends with the freshest index.
+        if self._future is not None:
+            logs = self.wait(state.global_step)
+            if logs:
+                state.log_history.append({**logs, "step": state.global_step})
+        self.close()
+        return control
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
+        self.retriever.save_pretrained(os.path.join(checkpoint_dir, "retriever"))
+        state = {
+            "refresh_count": self.refresh_count,
+            "failed_refreshes": self.failed_refreshes,
+            "last_refresh_step": self.last_refresh_step,
+            "refresh_steps": self.refresh_steps,
+        }
+        tmp = os.path.join(checkpoint_dir, f".{REINDEX_STATE_NAME}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=2)
+        os.replace(tmp, os.path.join(checkpoint_dir, REINDEX_STATE_NAME))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        """Restore the index saved in a checkpoint directory into the live retriever."""
+        from ..retrieval_realm import RealmRetriever
+
+        saved = RealmRetriever.from_pretrained(os.path.join(checkpoint_dir, "retriever"))
+        self.retriever.swap_index_state(saved.export_index_state())
+        state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
+        if os.path.exists(state_file):
+            with open(state_file) as f:
+                state = json.load(f)
+            self.refresh_count = state.get("refresh_count", 0)
+            self.failed_refreshes = state.get("failed_refreshes", 0)
+            self.last_refresh_step = state.get("last_refresh_step")
+        logger.info("Restored the index from %s.", checkpoint_dir)
+
+
+__all__ = ["RealmReindexCallback", "document_embedder_of", "unwrap_realm_model"]

@@ -1,0 +1,171 @@
+"""Open-QA fine-tuning of [`RealmForOpenQA`]: data collator, Trainer subclass and evaluation (EM, F1, recall@k)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import Trainer
+
+from ..modeling_realm import check_questions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DataCollatorForOpenQA:
+    """
+    Batches `{"question": str, "answers": list[str]}` examples for [`RealmForOpenQA`].
+
+    Returns the tokenized questions (`input_ids`, `attention_mask`, `token_type_ids`) plus the raw `questions` and
+    `answers`, which the model uses to build reader inputs for the retrieved blocks and to find gold spans in them.
+    Retrieval happens inside the model's forward pass, against the live index.
+
+    Args:
+        tokenizer: The question tokenizer (the retriever's tokenizer).
+        max_question_length (`int`, *optional*, defaults to 64): Longer questions are refused (not silently cut).
+        question_column (`str`, *optional*, defaults to `"question"`)
+        answers_column (`str`, *optional*, defaults to `"answers"`): A list of answer strings (or one string).
+    """
+
+    tokenizer: Any
+    max_question_length: int = 64
+    question_column: str = "question"
+    answers_column: str = "answers"
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
+        questions = [example[self.question_column] for example in examples]
+        check_questions(questions, self.tokenizer, self.max_question_length)
+        batch = dict(self.tokenizer(questions, padding=True, return_tensors="pt"))
+        batch["questions"] = questions
+        if all(self.answers_column in example for example in examples):
+            answers = []
+            for example in examples:
+                golds = example[self.answers_column]
+                golds = [golds] if isinstance(golds, str) else list(golds)
+                if not any(g.strip() for g in golds):
+                    raise ValueError(f"Question {example[self.question_column]!r} has no non-empty answer.")
+                answers.append(golds)
+            batch["answers"] = answers
+        return batch
+
+
+def evaluate_openqa(
+    model,
+    dataset,
+    tokenizer=None,
+    batch_size: int = 16,
+    recall_ks: Sequence[int] = (1, 5),
+    question_column: str = "question",
+    answers_column: str = "answers",
+    show_progress: bool = True,
+    return_predictions: bool = False,
+) -> dict[str, float]:
+    """
+    Evaluate a [`RealmForOpenQA`] on a QA dataset: exact match and F1 of the predicted answers (SQuAD normalisation)
+    and answer recall@k of retrieval (a question counts as hit at k if one of its top-k blocks contains a gold answer,
+    as in ORQA/REALM).
+
+    Returns:
+        `dict` with `exact_match`, `f1` (0-100) and `recall@k` (0-1) for each k (and `predictions` if asked).
+    """
+    from ..metrics import answer_recall_at_k, compute_qa_metrics
+
+    retriever = model._require_retriever()
+    tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
+    questions = list(dataset[question_column])
+    references = [[a] if isinstance(a, str) else list(a) for a in dataset[answers_column]]
+    if not questions:
+        raise ValueError("The evaluation set is empty.")
+    max_k = min(max(recall_ks), len(retriever))
+    predictions, retrieved_texts = [], []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in tqdm(
+                range(0, len(questions), batch_size), desc="Evaluating", disable=not show_progress, leave=False
+            ):
+                chunk = questions[start : start + batch_size]
+                results = model.answer(chunk, tokenizer=tokenizer, batch_size=batch_size)
+                predictions.extend(result["answer"] for result in results)
+                if max_k <= min(len(result["retrieved"]) for result in results):
+                    # The reader's own retrieval already covers the deepest cut-off.
+                    retrieved_texts.extend([[b["text"] for b in result["retrieved"]] for result in results])
+                    continue
+                inputs = tokenizer(chunk, padding=True, return_tensors="pt").to(model.device)
+                embeddings = model.embed_questions(
+                    inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+                )
+                search = retriever.search(embeddings, max_k)
+                retrieved_texts.extend([[block["text"] for block in blocks] for blocks in search.blocks])
+    finally:
+        model.train(was_training)
+    metrics = compute_qa_metrics(predictions, references)
+    metrics = {key: float(value) for key, value in metrics.items() if key in ("exact_match", "f1")}
+    recalls = answer_recall_at_k(retrieved_texts, references, ks=[k for k in recall_ks if k <= max_k])
+    metrics.update(
+        # `answer_recall@k` -> `recall@k`: in Open-QA evaluation recall is answer recall (the ORQA/REALM convention).
+        {key.replace("answer_recall@", "recall@"): float(value) for key, value in recalls.items()}
+    )
+    if return_predictions:
+        metrics["predictions"] = predictions
+    return metrics
+
+
+class RealmOpenQATrainer(Trainer):
+    """
+    [`~transformers.Trainer`] for Open-QA fine-tuning of [`RealmForOpenQA`].
+
+    Differences from the stock Trainer: the `question`/`answers` columns are kept for the collator (retrieval runs
+    inside the forward pass on raw questions), and `evaluate()` answers the evaluation questions end to end and logs
+    `eval_exact_match`, `eval_f1` and `eval_recall@k`.
+
+    Args:
+        recall_ks (`Sequence[int]`, *optional*, defaults to `(1, 5)`): Cut-offs for retrieval recall.
+        All other arguments are those of [`~transformers.Trainer`]; `data_collator` defaults to
+        [`DataCollatorForOpenQA`] with the retriever's tokenizer.
+    """
+
+    def __init__(self, *args, recall_ks: Sequence[int] = (1, 5), **kwargs):
+        model = kwargs.get("model", args[0] if args else None)
+        if kwargs.get("data_collator") is None and model is not None and getattr(model, "retriever", None) is not None:
+            kwargs["data_collator"] = DataCollatorForOpenQA(model.retriever.tokenizer)
+        super().__init__(*args, **kwargs)
+        self.recall_ks = tuple(recall_ks)
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        collator = self.data_collator
+        for column in (
+            getattr(collator, "question_column", "question"),
+            getattr(collator, "answers_column", "answers"),
+        ):
+            if column not in self._signature_columns:
+                self._signature_columns.append(column)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        eval_dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if eval_dataset is None:
+            raise ValueError("RealmOpenQATrainer.evaluate needs an eval_dataset with question/answers columns.")
+        collator = self.data_collator
+        metrics = evaluate_openqa(
+            self.model,
+            eval_dataset,
+            batch_size=self.args.per_device_eval_batch_size,
+            recall_ks=self.recall_ks,
+            question_column=getattr(collator, "question_column", "question"),
+            answers_column=getattr(collator, "answers_column", "answers"),
+            show_progress=not self.args.disable_tqdm,
+        )
+        metrics = {f"{metric_key_prefix}_{key}": value for key, value in metrics.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+__all__ = ["DataCollatorForOpenQA", "RealmOpenQATrainer", "evaluate_openqa"]

@@ -1,0 +1,73 @@
+"""Worker for tests/test_training.py: a short DDP training run, then an index refresh split across processes.
+
+Run directly (one process) or under `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1.
+Writes the refreshed index's embeddings (from rank 0) and whether all ranks hold the same index to argv[1].
+"""
+
+import json
+import os
+import sys
+
+import torch
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from torch.utils.data import DataLoader
+
+from realm_hf import RealmForOpenQA
+from realm_hf.training.callbacks import RealmReindexCallback
+from realm_hf.training.openqa import DataCollatorForOpenQA
+
+LEGACY_OPENQA = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy", "openqa")
+QUESTIONS = [
+    {"question": "What is the capital of France?", "answers": ["paris"]},
+    {"question": "Who created the Python language?", "answers": ["guido van rossum", "guido"]},
+    {"question": "Which country is Paris in?", "answers": ["france", "europe"]},
+    {"question": "What is the capital of England?", "answers": ["london"]},
+]
+
+
+def main(out_path):
+    # The legacy checkpoints' unused MLM heads get no gradient.
+    accelerator = Accelerator(cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+    torch.manual_seed(0)
+    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
+    model.config.searcher_beam_size = 6
+    model.add_document_embedder()
+    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    retriever = model.retriever
+    collator = DataCollatorForOpenQA(retriever.tokenizer)
+    # The global batch is 4 in both runs: 1 process x 4 questions, or 2 processes x 2.
+    per_process = len(QUESTIONS) // accelerator.num_processes
+    loader = DataLoader(QUESTIONS, batch_size=per_process, shuffle=False, collate_fn=collator)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    reindex = RealmReindexCallback(retriever, refresh_steps=2, background=True)
+    model.train()
+    step = 0
+    for _ in range(2):
+        for batch in loader:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            reindex.step(step, model)
+    reindex.wait(step)
+    assert reindex.refresh_count >= 1, "no refresh happened"
+    ids = torch.as_tensor(retriever.block_ids).view(1, -1)
+    embeddings = retriever.get_block_embeddings(ids)[0]
+    gathered = accelerator.gather(embeddings.unsqueeze(0).contiguous())
+    agree = bool(all(torch.equal(gathered[0], g) for g in gathered))
+    if accelerator.is_main_process:
+        with open(out_path, "w") as f:
+            json.dump(
+                {"world_size": accelerator.num_processes, "ranks_agree": agree, "embeddings": embeddings.tolist()}, f
+            )
+    accelerator.wait_for_everyone()
+    reindex.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
