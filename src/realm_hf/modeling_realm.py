@@ -839,7 +839,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         model.retriever = retriever
         return loaded
 
-    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
+    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
         r"""
         Save the weights and config as usual and, when a retriever is attached, the corpus, FAISS index and
         manifest in `save_directory/retriever/`, so that one directory (or Hub repo) holds everything
@@ -847,11 +847,28 @@ class RealmForOpenQA(RealmPreTrainedModel):
 
         Args:
             save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
+            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
+                written by hand in an existing card is kept.
         """
         super().save_pretrained(save_directory, *args, **kwargs)
-        is_main_process = kwargs.get("is_main_process", True)
-        if save_retriever and self.retriever is not None and is_main_process:
-            self.retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+        if not kwargs.get("is_main_process", True):
+            return
+        retriever = self.retriever if save_retriever else None
+        if retriever is not None:
+            retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+        if model_card:
+            from .modelcard import write_model_card
+
+            write_model_card(save_directory, model=self, retriever=retriever)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        r"""
+        Push weights, config, tokenizer, corpus + FAISS index (`retriever/`) and model card to one Hub repo.
+        See [`realm_hf.hub.push_to_hub`] for the arguments (e.g. `tokenizer=`, `private=`, `revision=`).
+        """
+        from .hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
 
     def _require_retriever(self):
         if self.retriever is None:
@@ -1070,7 +1087,9 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         except ImportError:
             return None
         return load_retriever_from_hub(
-            model, path, **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token")}
+            model,
+            path,
+            **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
         )
     retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
     if os.path.isdir(retriever_dir):
@@ -1079,7 +1098,12 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         return RealmRetriever.from_pretrained(retriever_dir, embedder=model.embedder)
     block_emb = load_legacy_block_emb(path)
     if block_emb is None:
-        return None
+        # No corpus in the directory: the config may name one (a dataset repo or a local folder).
+        from .hub import load_referenced_retriever
+
+        return load_referenced_retriever(
+            model, **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")}
+        )
     records = os.path.join(path, "block_records.npy")
     allowed = allow_pickle or os.environ.get("REALM_HF_ALLOW_PICKLE", "").lower() in ("1", "true", "yes")
     if os.path.exists(records) and allowed:
