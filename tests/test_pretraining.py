@@ -97,14 +97,15 @@ def embed_corpus(model, tokenizer):
 
 
 def masked_batch(tokenizer, sentences, words):
-    """Mask one whole word per sentence: input_ids, attention_mask, token_type_ids, labels, mlm_mask."""
+    """Mask whole words (one word or a list of words per sentence): input_ids, attention_mask, token_type_ids, labels, mlm_mask."""
     batch = tokenizer(sentences, padding=True, return_tensors="pt")
     labels = torch.full_like(batch["input_ids"], -100)
-    for b, word in enumerate(words):
-        word_id = tokenizer.convert_tokens_to_ids(word)
-        position = (batch["input_ids"][b] == word_id).nonzero()[0, 0]
-        labels[b, position] = word_id
-        batch["input_ids"][b, position] = tokenizer.mask_token_id
+    for b, row_words in enumerate(words):
+        for word in [row_words] if isinstance(row_words, str) else row_words:
+            word_id = tokenizer.convert_tokens_to_ids(word)
+            position = (batch["input_ids"][b] == word_id).nonzero()[0, 0]
+            labels[b, position] = word_id
+            batch["input_ids"][b, position] = tokenizer.mask_token_id
     batch["labels"] = labels
     batch["mlm_mask"] = (labels != -100).long()
     return dict(batch)
@@ -245,6 +246,13 @@ def test_gradients_reach_both_embedders_and_encoder(tokenizer):
 
 def test_marginal_loss_matches_hand_computation(model_and_batch, tokenizer):
     model, batch = model_and_batch
+    # Two masked words in the first example, one in the second: the per-token marginal, averaged over all three.
+    batch = dict(
+        masked_batch(
+            tokenizer, ["paris is the capital of france .", "the cat sat on the mat ."], [["capital", "france"], "cat"]
+        ),
+        block_id=batch["block_id"],
+    )
     model.eval()  # no dropout, so the reference passes give the same numbers
     out = model(**batch, return_logits=True)
     k = model.num_candidates
@@ -282,6 +290,7 @@ def test_marginal_loss_matches_hand_computation(model_and_batch, tokenizer):
                 total += torch.logsumexp(per_block, 0)
                 count += 1
         expected = -total / count
+    assert count == 3
     assert torch.allclose(out.loss, expected, atol=1e-5), (out.loss, expected)
     assert out.logits.shape[:2] == (2, k)
 
@@ -472,8 +481,15 @@ def test_init_from_bert_copies_encoders_not_heads(tiny_bert_dir):
         model.encoder.cls.predictions.transform.dense.weight, bert["cls.predictions.transform.dense.weight"]
     )
     assert torch.equal(model.encoder.cls.predictions.bias, bert["cls.predictions.bias"])
-    # REALM's retrieval projection is not a BERT weight: left as it was.
+    # REALM's retrieval projection is not a BERT weight: left as it was, but for its LayerNorm gain, which starts at
+    # d ** -0.25 so that the first relevance scores have unit scale.
     assert torch.equal(model.embedder.cls.dense.weight, projection_before)
+    gain = model.config.retriever_proj_size**-0.25
+    assert torch.allclose(
+        model.query_embedder.cls.LayerNorm.weight, torch.full_like(model.embedder.cls.LayerNorm.weight, gain)
+    )
+    unscaled = init_from_bert(RealmEmbedder, tiny_bert_dir, scale_projection=False)
+    assert torch.equal(unscaled.cls.LayerNorm.weight, torch.ones_like(unscaled.cls.LayerNorm.weight))
     assert not any(".cls.dense." in key or ".cls.LayerNorm." in key for key in info["copied"])
     assert {"embedder.cls.dense.weight", "query_embedder.cls.LayerNorm.bias"} <= set(info["not_copied"])
     assert not any(key.startswith("encoder.") for key in info["not_copied"])

@@ -499,30 +499,46 @@ class RealmForPreTraining(RealmPreTrainedModel):
             mlm_mask=mlm_mask,
         )
         # (f) knowledge-augmented encoder and marginal loss
-        prediction_scores = self.encoder(
-            input_ids=joint["input_ids"],
-            attention_mask=joint["attention_mask"],
-            token_type_ids=joint["token_type_ids"],
+        num_candidates, length = joint["input_ids"].shape[1:]
+        hidden = self.encoder.realm(
+            input_ids=joint["input_ids"].view(-1, length),
+            attention_mask=joint["attention_mask"].view(-1, length),
+            token_type_ids=joint["token_type_ids"].view(-1, length),
             return_dict=True,
-        ).logits
+        ).last_hidden_state
         retrieval_log_probs = relevance_score.log_softmax(-1)
-
-        loss = candidate_log_probs = utility = marginal_predictions = null_predictions = None
-        if labels is not None:
-            joint_labels, joint_mask = joint["labels"], joint["mlm_mask"]
-            if return_loss:
-                if joint_mask.sum() == 0:
-                    # No masked token in the batch: a zero that still belongs to the graph.
-                    loss = prediction_scores.sum() * 0.0 + relevance_score.sum() * 0.0
-                else:
-                    loss = realm_marginal_mlm_loss(prediction_scores, joint_labels, relevance_score, joint_mask)
-            candidate_log_probs, utility, marginal_predictions, null_predictions = self._diagnostics(
-                prediction_scores, retrieval_log_probs, joint, input_ids.shape, return_predictions
-            )
 
         logits = None
         if return_logits:
-            logits = prediction_scores.view(batch_size, self.num_candidates, *prediction_scores.shape[1:])
+            logits = self.encoder.cls(hidden).view(batch_size, num_candidates, length, -1)
+        loss = candidate_log_probs = utility = marginal_predictions = null_predictions = None
+        if labels is not None:
+            # The vocabulary projection only where there is something to predict: over all positions it costs as
+            # much as the encoder itself (30k x hidden per token) and holds a (B, k, L, V) tensor for nothing.
+            positions, masked_labels, masked = self._masked_positions(joint["labels"], joint["mlm_mask"])
+            hidden_size = hidden.shape[-1]
+            index = positions[:, None, :, None].expand(-1, num_candidates, -1, hidden_size)
+            masked_hidden = hidden.view(batch_size, num_candidates, length, hidden_size).gather(2, index)
+            prediction_scores = self.encoder.cls(masked_hidden)  # (B, k, M, V)
+            if return_loss:
+                if masked.sum() == 0:
+                    # No masked token in the batch: a zero that still belongs to the graph.
+                    loss = prediction_scores.sum() * 0.0 + relevance_score.sum() * 0.0
+                else:
+                    loss = realm_marginal_mlm_loss(
+                        prediction_scores.flatten(0, 1), masked_labels, relevance_score, masked
+                    )
+            candidate_log_probs, utility, marginal_predictions, null_predictions = self._diagnostics(
+                prediction_scores,
+                retrieval_log_probs,
+                masked_labels,
+                masked,
+                positions,
+                joint["input_positions"],
+                input_ids.shape,
+                return_predictions,
+            )
+
         output = RealmForPreTrainingOutput(
             loss=loss,
             logits=logits,
@@ -536,15 +552,32 @@ class RealmForPreTraining(RealmPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
+    @staticmethod
+    def _masked_positions(labels: torch.Tensor, mlm_mask: torch.Tensor):
+        """Per example, the positions that count: `(positions, labels, mask)` of shape `(batch, max_masked)`."""
+        counted = mlm_mask.bool() & (labels != -100)
+        width = max(int(counted.sum(-1).max()), 1)
+        batch_size = labels.shape[0]
+        positions = torch.zeros((batch_size, width), dtype=torch.long, device=labels.device)
+        masked_labels = torch.full((batch_size, width), -100, dtype=torch.long, device=labels.device)
+        masked = torch.zeros((batch_size, width), dtype=torch.long, device=labels.device)
+        for b in range(batch_size):
+            where = counted[b].nonzero().squeeze(-1)
+            positions[b, : len(where)] = where
+            masked_labels[b, : len(where)] = labels[b, where]
+            masked[b, : len(where)] = 1
+        return positions, masked_labels, masked
+
     @torch.no_grad()
-    def _diagnostics(self, prediction_scores, retrieval_log_probs, joint, input_shape, return_predictions):
+    def _diagnostics(
+        self, scores, retrieval_log_probs, labels, mask, positions, input_positions, input_shape, return_predictions
+    ):
         batch_size, input_length = input_shape
         num_candidates = retrieval_log_probs.shape[1]
-        labels, mask = joint["labels"], joint["mlm_mask"].bool()
-        logits = prediction_scores.view(batch_size, num_candidates, *prediction_scores.shape[1:])
+        mask = mask.bool()
         # Only the masked positions: [num_masked, candidates, vocab].
         rows, cols = mask.nonzero(as_tuple=True)
-        token_log_probs = logits[rows, :, cols].float().log_softmax(-1)
+        token_log_probs = scores[rows, :, cols].float().log_softmax(-1)
         gold = token_log_probs.gather(-1, labels[rows, cols].view(-1, 1, 1).expand(-1, num_candidates, 1)).squeeze(-1)
         per_example = torch.zeros((batch_size, num_candidates), device=gold.device)
         per_example.index_add_(0, rows, gold)
@@ -556,9 +589,9 @@ class RealmForPreTraining(RealmPreTrainedModel):
             marginal = (token_log_probs + retrieval_log_probs[rows].float().unsqueeze(-1)).logsumexp(1)
             marginal_predictions = torch.full((batch_size, input_length), -100, dtype=torch.long, device=gold.device)
             null_predictions = marginal_predictions.clone()
-            # Back to the positions of the caller's `input_ids` (the joint drops padding).
+            # Back to the positions of the caller's `input_ids` (the joint input drops padding).
             original = torch.tensor(
-                [joint["input_positions"][r][c] for r, c in zip(rows.tolist(), cols.tolist())],
+                [input_positions[r][p] for r, p in zip(rows.tolist(), positions[rows, cols].tolist())],
                 dtype=torch.long,
                 device=gold.device,
             )
