@@ -74,7 +74,7 @@ def parse_args(argv=None):
     parser.add_argument("--output", default=None, help="Scratch directory (default: a temporary one).")
     args = parser.parse_args(argv)
     if args.quick:
-        args.entries, args.held_out_entries, args.eval_examples = 70, 16, 8
+        args.entries, args.held_out_entries, args.eval_examples = 100, 10, 8
         args.max_block_length, args.max_input_length = 64, 40
         args.ict_steps, args.ict_batch_size = 2, 8
         args.steps, args.realm_minutes, args.batch_size, args.refresh_steps = 4, 1.5, 2, 2
@@ -192,7 +192,8 @@ def main(argv=None) -> int:
     examples = recipe.masked_examples(entries, recipe.blocks_by_entry(retriever), tokenizer, args.max_input_length)
     # Held-out entries: among those with at least one masked input, so the evaluation has something to ask.
     with_examples = sorted({e["entry"] for e in examples})
-    held_out = set(random.Random(args.seed).sample(with_examples, min(args.held_out_entries, len(with_examples))))
+    num_held_out = min(args.held_out_entries, len(with_examples) // 2)  # keep at least half for training
+    held_out = set(random.Random(args.seed).sample(with_examples, num_held_out))
     train_examples = [e for e in examples if e["entry"] not in held_out]
     eval_examples = [e for e in examples if e["entry"] in held_out]
     eval_examples = random.Random(args.seed).sample(eval_examples, min(args.eval_examples, len(eval_examples)))
