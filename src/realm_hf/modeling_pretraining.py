@@ -247,8 +247,9 @@ class RealmForPreTraining(RealmPreTrainedModel):
     Example:
 
     ```python
-    >>> from realm_hf import RealmForPreTraining, RealmRetriever
     >>> from realm_hf.initialization import init_from_bert
+    >>> from realm_hf.modeling_pretraining import RealmForPreTraining
+    >>> from realm_hf.retrieval_realm import RealmRetriever
 
     >>> model = init_from_bert(RealmForPreTraining, "path/to/bert", num_candidates=8)
     >>> retriever = RealmRetriever.from_documents(documents, model.embedder, tokenizer)
