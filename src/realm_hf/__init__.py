@@ -8,6 +8,8 @@ registries: no logging configuration, no monkeypatching.
 __version__ = "0.1.0"
 
 from .configuration_realm import RealmConfig  # noqa: E402
+from .initialization import init_from_bert, realm_config_from_bert  # noqa: E402
+from .modeling_pretraining import RealmForPreTraining, RealmForPreTrainingOutput  # noqa: E402
 from .modeling_realm import (  # noqa: E402
     RealmEmbedder,
     RealmEmbedderOutput,
@@ -21,6 +23,7 @@ from .modeling_realm import (  # noqa: E402
     RealmScorerOutput,
 )
 from .reader_inputs import RealmReaderInputs, build_reader_inputs  # noqa: E402
+from .retrieval_realm import RealmRetriever, RealmSearchOutput  # noqa: E402
 from .tokenization_realm import RealmTokenizer, RealmTokenizerFast  # noqa: E402
 
 
@@ -29,6 +32,7 @@ def _register() -> None:
         AutoConfig,
         AutoModel,
         AutoModelForMaskedLM,
+        AutoModelForPreTraining,
         AutoModelForQuestionAnswering,
         AutoTokenizer,
     )
@@ -47,6 +51,7 @@ def _register() -> None:
     )
     AutoModelForQuestionAnswering.register(RealmConfig, (RealmForOpenQA, RealmReader), exist_ok=True)
     AutoModelForMaskedLM.register(RealmConfig, RealmKnowledgeAugEncoder, exist_ok=True)
+    AutoModelForPreTraining.register(RealmConfig, RealmForPreTraining, exist_ok=True)
     AutoTokenizer.register(
         RealmConfig,
         slow_tokenizer_class=RealmTokenizer,
@@ -70,17 +75,23 @@ __all__ = [
     "RealmEmbedderOutput",
     "RealmForOpenQA",
     "RealmForOpenQAOutput",
+    "RealmForPreTraining",
+    "RealmForPreTrainingOutput",
     "RealmKnowledgeAugEncoder",
     "RealmPreTrainedModel",
     "RealmQuestionAnsweringPipeline",
     "RealmReader",
     "RealmReaderInputs",
     "RealmReaderOutput",
+    "RealmRetriever",
     "RealmScorer",
     "RealmScorerOutput",
+    "RealmSearchOutput",
     "RealmTokenizer",
     "RealmTokenizerFast",
     "build_reader_inputs",
+    "init_from_bert",
     "pipeline",
+    "realm_config_from_bert",
     "__version__",
 ]

@@ -360,7 +360,8 @@ class RealmScorer(RealmPreTrainedModel):
         super().__init__(config)
         self.embedder = RealmEmbedder(config)
         if query_embedder is not None:
-            self.add_module("query_embedder", query_embedder)
+            # Straight into _modules: add_module refuses the name because of the `query_embedder` property.
+            self._modules["query_embedder"] = query_embedder
         else:
             # A shared embedder is registered once: legacy checkpoints repeat its weights under `query_embedder.*`,
             # which are the same tensors and are skipped on load.

@@ -1,5 +1,16 @@
-"""Training utilities for REALM: collators (salient span masking), callbacks and trainer helpers."""
+"""Training utilities for REALM: collators, the re-index callback, the Open-QA trainer and the ICT warm start."""
 
+from .callbacks import RealmReindexCallback
+from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask
 from .masking import DataCollatorForSalientSpanMasking
+from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
 
-__all__ = ["DataCollatorForSalientSpanMasking"]
+__all__ = [
+    "DataCollatorForInverseClozeTask",
+    "DataCollatorForOpenQA",
+    "DataCollatorForSalientSpanMasking",
+    "RealmForInverseClozeTask",
+    "RealmOpenQATrainer",
+    "RealmReindexCallback",
+    "evaluate_openqa",
+]

