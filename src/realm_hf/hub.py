@@ -209,9 +209,9 @@ def load_referenced_retriever(
 
 
 def _retriever_from_dir(model, path: str):
-    from .retrieval_realm import RealmRetriever  # local import: pulls in faiss and datasets
+    from .modeling_realm import load_retriever_for_model
 
-    return RealmRetriever.from_pretrained(path, embedder=getattr(model, "embedder", None))
+    return load_retriever_for_model(model, path)
 
 
 def set_retriever_reference(

@@ -1094,9 +1094,7 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         )
     retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
     if os.path.isdir(retriever_dir):
-        from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
-
-        return RealmRetriever.from_pretrained(retriever_dir, embedder=model.embedder)
+        return load_retriever_for_model(model, retriever_dir)
     block_emb = load_legacy_block_emb(path)
     if block_emb is None:
         # No corpus in the directory: the config may name one (a dataset repo or a local folder).
@@ -1124,6 +1122,18 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         path,
     )
     return None
+
+
+def load_retriever_for_model(model, path: str):
+    """Load a saved retriever for `model`, checking it against the embedder that fills its index."""
+    from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
+
+    # The fingerprint (stale-index warning) only means something against the document embedder: the model's own
+    # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
+    document_embedder = getattr(model, "document_embedder", None)
+    if document_embedder is not None:
+        return RealmRetriever.from_pretrained(path, embedder=document_embedder)
+    return RealmRetriever.from_pretrained(path, expected_dim=model.config.retriever_proj_size)
 
 
 def load_legacy_block_emb(path: str) -> torch.Tensor | None:
