@@ -15,6 +15,7 @@ from .modeling_realm import (
     RealmEmbedder,
     RealmKnowledgeAugEncoder,
     RealmPreTrainedModel,
+    RealmQueryEmbedderMixin,
     RealmScorer,
     realm_marginal_mlm_loss,
 )
@@ -210,7 +211,7 @@ def _config_value(config, name, default):
     return default if value is None else value
 
 
-class RealmForPreTraining(RealmPreTrainedModel):
+class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     REALM pre-training (Guu et al., 2020): a masked language model that retrieves from a knowledge corpus and learns
     the retriever through the masked-LM loss.
@@ -274,12 +275,6 @@ class RealmForPreTraining(RealmPreTrainedModel):
         self._freeze_unused_parameters()
 
     # ------------------------------------------------------------------------------------------------ structure
-
-    @property
-    def query_embedder(self) -> RealmEmbedder:
-        """The embedder of the masked inputs: a separate one, or `embedder` when they are shared."""
-        separate = self._modules.get("query_embedder")
-        return separate if separate is not None else self.embedder
 
     @property
     def document_embedder(self) -> RealmEmbedder:

@@ -342,7 +342,21 @@ class RealmEmbedder(RealmPreTrainedModel):
         )
 
 
-class RealmScorer(RealmPreTrainedModel):
+class RealmQueryEmbedderMixin:
+    """
+    `query_embedder` for models that embed queries and blocks: a separate [`RealmEmbedder`] registered as the
+    `query_embedder` submodule, or else the block embedder `embedder` itself (shared weights, registered once so
+    that its weights are saved once).
+    """
+
+    @property
+    def query_embedder(self) -> RealmEmbedder:
+        """The embedder of the queries: a separate one, or `embedder` when they are shared."""
+        separate = self._modules.get("query_embedder")
+        return separate if separate is not None else self.embedder
+
+
+class RealmScorer(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     The REALM retrieval scorer: embeds an input with the query embedder and `config.num_candidates` candidate blocks
     with the document embedder and returns their inner products, the logits of p(z|x). Used in pre-training to
@@ -367,12 +381,6 @@ class RealmScorer(RealmPreTrainedModel):
             # which are the same tensors and are skipped on load.
             self._keys_to_ignore_on_load_unexpected = [r"position_ids", r"^query_embedder\."]
         self.post_init()
-
-    @property
-    def query_embedder(self) -> RealmEmbedder:
-        """The embedder of the inputs: a separate one if given at construction, else the candidate embedder."""
-        separate = self._modules.get("query_embedder")
-        return separate if separate is not None else self.embedder
 
     def forward(
         self,

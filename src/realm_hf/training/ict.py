@@ -14,7 +14,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from ..configuration_realm import RealmConfig
-from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel
+from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class RealmForInverseClozeTaskOutput(ModelOutput):
     block_embeddings: torch.FloatTensor | None = None
 
 
-class RealmForInverseClozeTask(RealmPreTrainedModel):
+class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     Inverse Cloze Task warm start of REALM's retriever: a sentence should retrieve the block it came from, against the
     other blocks of the batch (in-batch softmax over q·d). Without it the retriever starts random, retrieves nothing
@@ -189,12 +189,6 @@ class RealmForInverseClozeTask(RealmPreTrainedModel):
         # The embedders' legacy MLM heads are never used: no gradient, so DDP need not wait for one.
         for embedder in {id(m): m for m in (self.embedder, self.query_embedder)}.values():
             embedder.cls.predictions.requires_grad_(False)
-
-    @property
-    def query_embedder(self) -> RealmEmbedder:
-        """The embedder of the queries: a separate one, or `embedder` when they are shared."""
-        separate = self._modules.get("query_embedder")
-        return separate if separate is not None else self.embedder
 
     @property
     def document_embedder(self) -> RealmEmbedder:
