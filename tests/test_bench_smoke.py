@@ -1,0 +1,96 @@
+"""Smoke tests of the benchmark scripts in bench/: they run end to end at tiny sizes and print their tables.
+
+The fast ones take a few seconds; the comparison against the legacy transformers venv is `slow` and is skipped when
+no legacy venv is found.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    # The scripts run with --threads 1 here (two threads on a busy 2-core machine are many times slower than one);
+    # torch's thread count is process-wide, so put it back for the tests that follow.
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_flop_count_of_bert_base_block():
+    embed = load_script("embed")
+    from realm_hf import RealmConfig
+
+    config = RealmConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    h, i, s = 768, 3072, 288
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 4 * s * s * h
+    assert embed.flops_per_block(config, s) == 12 * per_layer + 2 * h * h + 2 * h * 128
+    assert 51e9 < embed.flops_per_block(config, s) < 53e9
+
+
+def test_embed_bench_quick_runs(tmp_path, capsys):
+    embed = load_script("embed")
+    out = tmp_path / "embed.json"
+    args = [
+        "--quick",
+        "--models",
+        "minilm",
+        "--minilm-weights",
+        "random",
+        "--seqs",
+        "32",
+        "--batches",
+        "2",
+        "--no-bf16",
+    ]
+    rc = embed.main(args + ["--corpus-blocks", "6", "--json", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| model" in printed and "% of measured peak" in printed
+    results = json.loads(out.read_text())["results"]
+    assert {r["seq"].split()[-1] for r in results} >= {"32", "order", "length-sorted"}
+    assert all(r["blocks_per_s"] > 0 and r["percent_of_peak"] > 0 for r in results)
+
+
+def test_qa_bench_realm_hf_only_runs(tmp_path, capsys):
+    pytest.importorskip("realm_hf.retrieval_realm")
+    qa = load_script("qa")
+    args = ["--skip-legacy", "--blocks", "120", "--block-words", "8,20", "--questions", "6", "--batches", "1,4"]
+    args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--span-hidden", "16", "--reader-seq-len", "48"]
+    args += ["--embed-max-length", "16", "--hnsw", "", "--warmup", "1", "--threads", "1"]
+    args += ["--json", str(tmp_path / "qa.json")]
+    assert qa.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| implementation" in printed and "questions/s" in printed
+    results = json.loads((tmp_path / "qa.json").read_text())["results"]
+    assert [r["batch"] for r in results] == [1, 4]
+
+
+@pytest.mark.slow
+def test_qa_bench_matches_legacy(tmp_path, capsys):
+    pytest.importorskip("realm_hf.retrieval_realm")
+    qa = load_script("qa")
+    legacy_python = qa.find_legacy_python(None)
+    if legacy_python is None:
+        pytest.skip("no legacy transformers 4.57.6 venv (see bench/README.md)")
+    args = ["--blocks", "300", "--block-words", "10,40", "--questions", "12", "--batches", "1,4"]
+    args += ["--hidden", "64", "--layers", "2", "--heads", "2", "--reader-seq-len", "96", "--embed-max-length", "32"]
+    args += ["--threads", "1"]
+    assert qa.main(args + ["--legacy-python", legacy_python]) == 0
+    assert "12/12" in capsys.readouterr().out
