@@ -8,7 +8,7 @@ LEGACY_VENV ?= /tmp/realm-legacy-venv
 TORCH ?= torch==2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-all demo lint format fixtures bench clean
+.PHONY: help install test test-all demo lint format legacy-venv fixtures bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -29,7 +29,7 @@ test-all: install ## Run every test, slow ones included
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not gpu"
 
 demo: install ## The main job: FOLDOC corpus + index, fine-tune with re-indexing, save, answer with provenance
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) examples/demo_foldoc.py $(if $(MODEL),--model $(MODEL),)
+	$(if $(MODEL),,HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1}) $(PY) examples/demo_foldoc.py $(if $(MODEL),--model $(MODEL),)
 
 lint: install ## ruff check + format check
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
@@ -37,14 +37,22 @@ lint: install ## ruff check + format check
 format: install ## ruff format + autofix
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
-fixtures: ## Regenerate tests/fixtures/legacy with transformers 4.57.6 in its own venv
-	test -x $(LEGACY_VENV)/bin/python || ($(PYTHON) -m venv $(LEGACY_VENV) && $(LEGACY_VENV)/bin/pip install -q $(TORCH) && $(LEGACY_VENV)/bin/pip install -q transformers==4.57.6 huggingface-hub==0.36.2 numpy)
+$(LEGACY_VENV)/bin/python:
+	$(PYTHON) -m venv $(LEGACY_VENV)
+	$(LEGACY_VENV)/bin/pip install -q $(TORCH)
+	$(LEGACY_VENV)/bin/pip install -q transformers==4.57.6 huggingface-hub==0.36.2 numpy
+
+legacy-venv: $(LEGACY_VENV)/bin/python ## The legacy reference: transformers 4.57.6 (last with REALM) in its own venv
+
+fixtures: legacy-venv ## Regenerate tests/fixtures/legacy with the legacy reference
 	$(LEGACY_VENV)/bin/python scripts/make_legacy_fixtures.py
 
-bench: install ## Run the benchmark scripts (minutes; see bench/)
-	$(PY) bench/search.py --blocks 200000 --queries 500
+bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 cores; see bench/README.md)
+	$(PY) bench/search.py --blocks 1000000 --queries 1000
 	$(PY) bench/embed.py
-	$(PY) bench/qa.py
+	REALM_LEGACY_PYTHON=$(LEGACY_VENV)/bin/python $(PY) bench/qa.py
+	$(PY) bench/reindex.py
+	$(PY) bench/pretrain_foldoc.py
 
 clean: ## Remove build artefacts and the demo output
 	rm -rf build dist *.egg-info src/*.egg-info demo_output
