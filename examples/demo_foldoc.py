@@ -224,7 +224,7 @@ def answer_with_pipeline(model_dir: str, questions: list[str], golds: list[list[
         gold = f"   (gold: {golds[i]})" if golds else ""
         print(f"A: {answer['answer']!r}  (probability {answer['score']:.3f}){gold}")
         print(
-            f"   source: FOLDOC entry {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}"
+            f"   source: {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}"
         )
 
 
