@@ -248,6 +248,7 @@ def main(argv=None) -> int:
             os.path.join(scratch, "realm"),
             refresh_steps,
             budget,
+            refresh_at_end=False,  # counted refreshes are those during training; evaluation re-embeds below
         )
         steps_done = steps_done or result.global_step
         train_seconds = time.perf_counter() - t

@@ -223,9 +223,7 @@ def answer_with_pipeline(model_dir: str, questions: list[str], golds: list[list[
         print(f"\nQ: {question}")
         gold = f"   (gold: {golds[i]})" if golds else ""
         print(f"A: {answer['answer']!r}  (probability {answer['score']:.3f}){gold}")
-        print(
-            f"   source: {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}"
-        )
+        print(f"   source: {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}")
 
 
 def run_legacy(model_id: str, output: str) -> int:

@@ -230,9 +230,22 @@ def pretraining_collator(tokenizer, args):
 
 
 def train_realm(
-    model, tokenizer, retriever, examples: list[dict], args, output_dir: str, refresh_steps: int, callbacks=()
+    model,
+    tokenizer,
+    retriever,
+    examples: list[dict],
+    args,
+    output_dir: str,
+    refresh_steps: int,
+    callbacks=(),
+    refresh_at_end: bool = True,
 ):
-    """REALM pre-training with Trainer and a background index refresh. Returns `(train result, reindex callback)`."""
+    """
+    REALM pre-training with Trainer and a background index refresh. Returns `(train result, reindex callback)`.
+
+    With `refresh_at_end`, training ends with one more refresh when the index is older than the document embedder,
+    so the model is saved with an index that matches it.
+    """
     from transformers import Trainer
 
     from realm_hf.training.callbacks import RealmReindexCallback
@@ -243,6 +256,7 @@ def train_realm(
         batch_size=64,
         background=not args.inline_refresh,
         save_with_checkpoints=False,
+        refresh_at_end=refresh_at_end,
     )
     # Only the input text, its span and its source blocks reach the collator (the other fields are bookkeeping).
     features = [
@@ -254,8 +268,9 @@ def train_realm(
         args=training_arguments(output_dir, args.steps, args.batch_size, args.learning_rate, args.seed),
         train_dataset=features,
         data_collator=pretraining_collator(tokenizer, args),
-        callbacks=[reindexer, *callbacks],
+        callbacks=list(callbacks),
     )
+    reindexer.attach(trainer)  # first among the callbacks, so report_to integrations get the refresh metrics
     return trainer.train(), reindexer
 
 

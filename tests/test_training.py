@@ -143,7 +143,9 @@ def test_callback_refreshes_and_index_equals_snapshot_embedding(tmp_path, backgr
     before = all_embeddings(model.retriever).clone()
     dataset = datasets.Dataset.from_list(QUESTIONS * 2)
     recorder = SnapshotRecorder(steps=[3, 6])
-    reindex = RealmReindexCallback(model.retriever, refresh_steps=3, background=background, keep_last_snapshot=True)
+    reindex = RealmReindexCallback(
+        model.retriever, refresh_steps=3, background=background, keep_last_snapshot=True, refresh_at_end=False
+    )
     trainer = RealmOpenQATrainer(
         model=model,
         args=training_args(tmp_path, max_steps=7),
@@ -191,7 +193,7 @@ def test_failed_refresh_keeps_old_index_and_training_goes_on(tmp_path, monkeypat
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(model.retriever, "build_index_state", broken)
-    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=True)
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=True, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,
         args=training_args(tmp_path, max_steps=5),
@@ -219,7 +221,8 @@ def test_save_and_resume_restore_model_optimizer_and_index(tmp_path):
 
     def run(output_dir, stop_at_3=False):
         model = make_model()
-        reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False)
+        # No end-of-training refresh: the interrupted run's last index must be the one in checkpoint-3.
+        reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
         trainer = RealmOpenQATrainer(
             model=model,
             args=training_args(output_dir, max_steps=6, save_strategy="steps", save_steps=3),
@@ -237,7 +240,7 @@ def test_save_and_resume_restore_model_optimizer_and_index(tmp_path):
     saved_index = all_embeddings(first.retriever).clone()
 
     resumed_model = make_model()
-    reindex = RealmReindexCallback(resumed_model.retriever, refresh_steps=2, background=False)
+    reindex = RealmReindexCallback(resumed_model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=resumed_model,
         args=training_args(tmp_path / "part", max_steps=6, save_strategy="steps", save_steps=3),
@@ -257,6 +260,100 @@ def test_save_and_resume_restore_model_optimizer_and_index(tmp_path):
     for (name, a), (_, b) in zip(full_model.state_dict().items(), resumed_model.state_dict().items()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     torch.testing.assert_close(all_embeddings(full_model.retriever), all_embeddings(resumed_model.retriever))
+
+
+def test_refresh_at_end_leaves_an_index_matching_the_final_weights(tmp_path):
+    model = make_model()
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=3, background=True)
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=training_args(tmp_path, max_steps=5),
+        train_dataset=datasets.Dataset.from_list(QUESTIONS * 2),
+        callbacks=[reindex],
+    )
+    trainer.train()
+    # Step 3 refreshes; steps 4-5 train the document embedder further, so training ends with one more refresh.
+    assert reindex.refresh_count == 2
+    assert model.retriever.is_stale(model.document_embedder) is False
+    corpus = model.retriever.corpus
+    expected = embed_blocks(
+        model.document_embedder,
+        model.retriever.tokenizer,
+        corpus["title"],
+        corpus["text"],
+        show_progress=False,
+        max_length=model.retriever.max_block_length,
+    )
+    torch.testing.assert_close(all_embeddings(model.retriever), expected, atol=1e-5, rtol=0)
+    # Nothing to do when the index is already current (e.g. a frozen document embedder).
+    assert reindex.refresh_if_stale(model, 5) == {}
+    assert reindex.refresh_count == 2
+
+
+class LogRecorder(TrainerCallback):
+    """Stands in for a `report_to` integration: records what each on_log call receives."""
+
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs))
+
+
+def test_refresh_metrics_reach_integrations_and_not_later_evaluation(tmp_path):
+    model = make_model()
+    recorder = LogRecorder()
+    # The reindexer is listed last, as users write it; the trainer must still let it merge metrics first.
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
+    dataset = datasets.Dataset.from_list(QUESTIONS)
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=training_args(tmp_path, max_steps=4, logging_steps=2),
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        callbacks=[recorder, reindex],
+    )
+    trainer.train()
+    received = [entry for entry in recorder.logs if "reindex/refreshes" in entry]
+    assert [entry["reindex/refreshes"] for entry in received] == [1.0, 2.0]
+    assert all("loss" in entry for entry in received)  # merged into the step's training log
+    recorder.logs.clear()
+    trainer.evaluate()
+    assert recorder.logs and not any(key.startswith("reindex/") for entry in recorder.logs for key in entry)
+
+    # A plain Trainer gets the same order through attach().
+    from transformers import Trainer
+
+    plain = Trainer(model=model, args=training_args(tmp_path), callbacks=[LogRecorder()])
+    other = RealmReindexCallback(model.retriever)
+    assert other.attach(plain) is other
+    assert plain.callback_handler.callbacks[0] is other
+    other.attach(plain)
+    assert sum(callback is other for callback in plain.callback_handler.callbacks) == 1
+
+
+def test_checkpoints_write_the_index_once(tmp_path, monkeypatch):
+    model = make_model()
+    writes = []
+    save = model.retriever.save_pretrained
+
+    def counting_save(directory, *args, **kwargs):
+        writes.append(os.path.relpath(str(directory), str(tmp_path)))
+        return save(directory, *args, **kwargs)
+
+    monkeypatch.setattr(model.retriever, "save_pretrained", counting_save)
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=training_args(tmp_path, max_steps=4, save_strategy="steps", save_steps=2),
+        train_dataset=datasets.Dataset.from_list(QUESTIONS),
+        callbacks=[reindex],
+    )
+    trainer.train()
+    assert sorted(writes) == [os.path.join("checkpoint-2", "retriever"), os.path.join("checkpoint-4", "retriever")]
+    for step in (2, 4):
+        assert (tmp_path / f"checkpoint-{step}" / "retriever" / "retriever_manifest.json").exists()
+        assert (tmp_path / f"checkpoint-{step}" / "reindex_state.json").exists()
 
 
 def test_accelerate_style_loop_uses_step_hook():

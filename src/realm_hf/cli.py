@@ -1155,6 +1155,8 @@ def _train_pretrain(config: dict, args) -> dict:
         raise CLIError(f"REALM pre-training is not available in this installation ({err}).") from err
     from transformers import Trainer
 
+    from .training.callbacks import place_reindex_callbacks_first
+
     sources = [k for k in ("model", "init_from_bert", "legacy_embedder") if config.get(k)]
     if len(sources) != 1:
         raise CLIError("Give exactly one of `model`, `init_from_bert`, or `legacy_embedder` + `legacy_encoder`.")
@@ -1214,6 +1216,7 @@ def _train_pretrain(config: dict, args) -> dict:
         data_collator=collator,
         callbacks=_reindex_callbacks(model, config),
     )
+    place_reindex_callbacks_first(trainer)  # so report_to integrations receive the refresh metrics
     _info(f"Pre-training on {len(train_dataset)} texts; output in {config['output_dir']}.")
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     metrics = {"train_loss": float(result.training_loss), "global_step": int(result.global_step)}

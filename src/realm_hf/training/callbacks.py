@@ -79,6 +79,15 @@ class RealmReindexCallback(TrainerCallback):
             checkpoint (`checkpoint-N/retriever/`) and restore it on resume.
         keep_last_snapshot (`bool`, *optional*, defaults to `False`): Keep the embedder copy of the last swapped
             refresh as `last_snapshot` (for inspection and tests; costs one embedder's memory).
+        refresh_at_end (`bool`, *optional*, defaults to `True`): When training ends with an index older than the
+            document embedder (it trained since the last snapshot), re-embed once more so the saved model and its
+            index agree. Costs one refresh; nothing happens when the document embedder is frozen.
+        show_progress (`bool`, *optional*, defaults to `False`): Show a progress bar while re-embedding (rank 0).
+
+    Refresh metrics (`reindex/refreshes`, `reindex/staleness`, `reindex/refresh_seconds`, `reindex/index_size`) go
+    into `trainer.state.log_history` at the step of each swap, and into the next logging step's metrics so that
+    `report_to` integrations receive them; [`RealmOpenQATrainer`] places the callback first for that, and with a plain
+    `Trainer` use `RealmReindexCallback.attach(trainer)` instead of `callbacks=[...]`.
     """
 
     def __init__(
@@ -91,6 +100,7 @@ class RealmReindexCallback(TrainerCallback):
         background: bool = True,
         save_with_checkpoints: bool = True,
         keep_last_snapshot: bool = False,
+        refresh_at_end: bool = True,
         show_progress: bool = False,
     ):
         if refresh_steps < 1:
@@ -103,6 +113,7 @@ class RealmReindexCallback(TrainerCallback):
         self.background = background
         self.save_with_checkpoints = save_with_checkpoints
         self.keep_last_snapshot = keep_last_snapshot
+        self.refresh_at_end = refresh_at_end
         self.show_progress = show_progress
 
         self.refresh_count = 0
@@ -118,6 +129,16 @@ class RealmReindexCallback(TrainerCallback):
         self._pending_logs: dict[str, float] = {}
         self._gather_group = None
         self._sync_group = None
+
+    def attach(self, trainer) -> RealmReindexCallback:
+        """
+        Add this callback to `trainer` (if it is not there yet) as its first callback.
+
+        Integrations (`report_to`) receive logs in callback order; being first lets the refresh metrics merged in
+        [`~RealmReindexCallback.on_log`] reach them.
+        """
+        place_reindex_callbacks_first(trainer, extra=self)
+        return self
 
     # ---------------------------------------------------------------- core (shared by Trainer and plain loops)
 
@@ -274,12 +295,18 @@ class RealmReindexCallback(TrainerCallback):
             self._pending_logs = {}
         return control
 
-    def on_save(self, args, state, control, **kwargs):
+    def on_save(self, args, state, control, model=None, **kwargs):
         if not self.save_with_checkpoints or not state.is_world_process_zero:
             return control
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if os.path.isdir(checkpoint):
-            self.save_checkpoint(checkpoint)
+            # `RealmForOpenQA.save_pretrained` already wrote this very retriever into the checkpoint: do not write
+            # the corpus and index a second time, only the refresh bookkeeping.
+            saved_by_model = (
+                model is not None and getattr(unwrap_realm_model(model), "retriever", None) is self.retriever
+            )
+            already_there = os.path.isfile(os.path.join(checkpoint, "retriever", "retriever_manifest.json"))
+            self.save_checkpoint(checkpoint, save_retriever=not (saved_by_model and already_there))
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -296,20 +323,39 @@ class RealmReindexCallback(TrainerCallback):
                 )
         return control
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args, state, control, model=None, **kwargs):
         # Do not leave a refresh half-done: finish it, so the saved model ends with the freshest index.
         if self._future is not None:
             logs = self.wait(state.global_step)
             if logs:
                 state.log_history.append({**logs, "step": state.global_step})
+        if self.refresh_at_end and model is not None:
+            logs = self.refresh_if_stale(model, state.global_step)
+            if logs:
+                state.log_history.append({**logs, "step": state.global_step})
         self.close()
+        # Nothing after training should carry refresh metrics (e.g. a later `evaluate()`'s logs).
+        self._pending_logs = {}
         return control
+
+    def refresh_if_stale(self, model, global_step: int = 0) -> dict[str, float]:
+        """
+        Re-embed the corpus synchronously if the model's document embedder changed since the index was built (by
+        the recorded fingerprint); call at the end of a plain training loop before saving. Returns the refresh
+        metrics, or `{}` when the index is already current.
+        """
+        if self._future is not None:
+            self.wait(global_step)
+        if self.retriever.is_stale(document_embedder_of(model)) is False:
+            return {}
+        return self.refresh_now(model, global_step)
 
     # ---------------------------------------------------------------- checkpoints
 
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
+    def save_checkpoint(self, checkpoint_dir: str, save_retriever: bool = True) -> None:
         """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
-        self.retriever.save_pretrained(os.path.join(checkpoint_dir, "retriever"))
+        if save_retriever:
+            self.retriever.save_pretrained(os.path.join(checkpoint_dir, "retriever"))
         state = {
             "refresh_count": self.refresh_count,
             "failed_refreshes": self.failed_refreshes,
@@ -337,4 +383,14 @@ class RealmReindexCallback(TrainerCallback):
         logger.info("Restored the index from %s.", checkpoint_dir)
 
 
-__all__ = ["RealmReindexCallback", "document_embedder_of", "unwrap_realm_model"]
+def place_reindex_callbacks_first(trainer, extra: RealmReindexCallback | None = None) -> None:
+    """Move every [`RealmReindexCallback`] of `trainer` (and `extra`, added if missing) to the front of its callbacks."""
+    callbacks = trainer.callback_handler.callbacks
+    if extra is not None and not any(callback is extra for callback in callbacks):
+        callbacks.append(extra)
+    reindexers = [callback for callback in callbacks if isinstance(callback, RealmReindexCallback)]
+    others = [callback for callback in callbacks if not isinstance(callback, RealmReindexCallback)]
+    callbacks[:] = reindexers + others
+
+
+__all__ = ["RealmReindexCallback", "place_reindex_callbacks_first", "document_embedder_of", "unwrap_realm_model"]

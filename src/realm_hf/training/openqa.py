@@ -137,6 +137,10 @@ class RealmOpenQATrainer(Trainer):
             kwargs["data_collator"] = DataCollatorForOpenQA(model.retriever.tokenizer)
         super().__init__(*args, **kwargs)
         self.recall_ks = tuple(recall_ks)
+        # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
+        from .callbacks import place_reindex_callbacks_first
+
+        place_reindex_callbacks_first(self)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
