@@ -213,6 +213,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
 
 
 def answer_with_pipeline(model_dir: str, questions: list[str], golds: list[list[str]] | None = None) -> None:
+    from realm_hf.metrics import exact_match_score
     from realm_hf.pipeline_realm import pipeline
 
     qa = pipeline("question-answering", model=model_dir)
@@ -221,7 +222,10 @@ def answer_with_pipeline(model_dir: str, questions: list[str], golds: list[list[
         answer = answer[0] if isinstance(answer, list) else answer
         block = answer["block"]
         print(f"\nQ: {question}")
-        gold = f"   (gold: {golds[i]})" if golds else ""
+        gold = ""
+        if golds:
+            verdict = "right" if exact_match_score(answer["answer"], golds[i]) else "wrong"
+            gold = f"   [{verdict}; gold: {golds[i]}]"
         print(f"A: {answer['answer']!r}  (probability {answer['score']:.3f}){gold}")
         print(f"   source: {block.get('title')!r} (block {block.get('id')}): {block.get('text', '')[:160]!r}")
 
@@ -283,7 +287,7 @@ def main(argv=None) -> int:
         print(f"{name:24} {m['exact_match']:6.1f} {m['f1']:6.1f} {r1:9.2f} {r5:9.2f}")
 
     # Held-out cloze questions: the entry title, then a sentence with one cross-reference blanked out (___).
-    shown = results["held_out_questions"][:6]
+    shown = results["held_out_questions"][:8]
     answer_with_pipeline(model_dir, [q["question"] for q in shown], [q["answers"] for q in shown])
     log(f"Done in {time.perf_counter() - started:.0f}s. Model, corpus, index and model card: {model_dir}")
     return 0

@@ -214,8 +214,9 @@ def main(argv=None) -> int:
             epoch, batches_done = epoch + 1, 0
     train_seconds = time.perf_counter() - train_started
     if reindexer is not None:
-        # Finish a refresh still running, so the saved model ends with the freshest index.
-        final_logs = reindexer.wait(global_step)
+        # Finish a refresh still running and re-embed once more if the document embedder trained since its
+        # snapshot, so the model is evaluated and saved with an index that matches its weights.
+        final_logs = reindexer.refresh_if_stale(model, global_step)
         if final_logs:
             accelerator.print(f"[finetune] step {global_step}: {json.dumps(final_logs)}")
         reindexer.close()

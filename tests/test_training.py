@@ -274,6 +274,9 @@ def test_refresh_at_end_leaves_an_index_matching_the_final_weights(tmp_path):
     trainer.train()
     # Step 3 refreshes; steps 4-5 train the document embedder further, so training ends with one more refresh.
     assert reindex.refresh_count == 2
+    final = reindex.history[-1]
+    assert final["reindex/snapshot_step"] == 5 and final["reindex/staleness"] == 0
+    assert final["reindex/refresh_seconds"] > 0  # measured up to the swap, not up to the submission
     assert model.retriever.is_stale(model.document_embedder) is False
     corpus = model.retriever.corpus
     expected = embed_blocks(

@@ -253,10 +253,9 @@ class RealmReindexCallback(TrainerCallback):
     def _finish(self, global_step: int | None) -> dict[str, float]:
         future, snapshot_step, snapshot = self._future, self._snapshot_step, self._snapshot
         self._future, self._snapshot = None, None
-        elapsed = time.perf_counter() - self._started_at
         step = global_step if global_step is not None else snapshot_step
         try:
-            state = future.result()
+            state = future.result()  # waits when called right after _start (refresh_now)
             self.retriever.swap_index_state(state)
         except Exception as error:  # a failed refresh must never stop training
             self.failed_refreshes += 1
@@ -265,6 +264,7 @@ class RealmReindexCallback(TrainerCallback):
             self.history.append({**record, "error": repr(error)})
             self._pending_logs.update({"reindex/failed_refreshes": float(self.failed_refreshes)})
             return {"reindex/failed_refreshes": float(self.failed_refreshes)}
+        elapsed = time.perf_counter() - self._started_at
         self.refresh_count += 1
         self.last_refresh_step = snapshot_step
         if self.keep_last_snapshot:
