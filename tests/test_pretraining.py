@@ -2,7 +2,8 @@
 
 import json
 import os
-import types
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -57,33 +58,9 @@ def tiny_config(tokenizer, **kwargs):
 
 
 def make_retriever(embeddings, tokenizer, titles=TITLES, texts=TEXTS):
-    """The real RealmRetriever (exact FAISS index) when available, else a brute-force stand-in."""
-    try:
-        from realm_hf.retrieval_realm import RealmRetriever
-    except ImportError:
-        return _BruteForceRetriever(embeddings, titles, texts, tokenizer)
+    from realm_hf.retrieval_realm import RealmRetriever
+
     return RealmRetriever.from_embeddings(embeddings, list(texts), titles=list(titles), tokenizer=tokenizer)
-
-
-class _BruteForceRetriever:
-    # Stand-in with RealmRetriever's search interface, for checkouts where the retriever module has not landed yet.
-    def __init__(self, embeddings, titles, texts, tokenizer):
-        self.embeddings = torch.as_tensor(embeddings, dtype=torch.float32)
-        self.titles, self.texts, self.tokenizer = list(titles), list(texts), tokenizer
-
-    def __len__(self):
-        return len(self.texts)
-
-    def search(self, question_embeddings, k):
-        scores, ids = (torch.as_tensor(question_embeddings, dtype=torch.float32) @ self.embeddings.T).topk(k, dim=-1)
-        blocks = [
-            [{"block_id": i, "title": self.titles[i], "text": self.texts[i], "score": 0.0} for i in row]
-            for row in ids.tolist()
-        ]
-        return types.SimpleNamespace(block_ids=ids, scores=scores, blocks=blocks)
-
-    def save_pretrained(self, path):
-        os.makedirs(path, exist_ok=True)
 
 
 def embed_corpus(model, tokenizer):
@@ -349,6 +326,39 @@ def test_trainer_runs(tokenizer, tmp_path):
     assert not torch.equal(before, model.encoder.cls.predictions.transform.dense.weight)
     metrics = trainer.evaluate(eval_dataset=examples[:2])
     assert "eval_loss" in metrics
+
+
+def _run_worker(tmp_path, name, processes, mode):
+    script = os.path.join(os.path.dirname(__file__), "scripts", "pretrain_ddp_worker.py")
+    out = tmp_path / f"{name}.json"
+    command = [script, str(out), str(tmp_path / name), mode]
+    if processes == 1:
+        result = subprocess.run([sys.executable, *command], timeout=300, capture_output=True, text=True)
+    else:
+        env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+        launcher += ["--main_process_port", "29519", "--num_machines", "1", "--mixed_precision", "no"]
+        launcher += ["--dynamo_backend", "no"]
+        result = subprocess.run([*launcher, *command], env=env, timeout=600, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_pretraining_with_trainer_under_accelerate_launch(tmp_path):
+    # Inline refreshes swap at fixed steps: 2 processes x 2 examples must train exactly like 1 process x 4.
+    one = _run_worker(tmp_path, "one", 1, "inline")
+    two = _run_worker(tmp_path, "two", 2, "inline")
+    assert one["world_size"] == 1 and two["world_size"] == 2 and two["ranks_agree"]
+    assert len(two["losses"]) == 4 and two["losses"][-1] < two["losses"][0]
+    torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), atol=1e-5, rtol=1e-5)
+    assert two["refreshes"] == one["refreshes"] == 2
+    assert [h["step"] for h in two["history"]] == [h["step"] for h in one["history"]] == [2, 4]
+    torch.testing.assert_close(torch.tensor(two["index"]), torch.tensor(one["index"]), atol=1e-5, rtol=0)
+    # Background refreshes on 2 processes: every rank swaps the same index at the same step, and training ends with
+    # an index that matches the final document embedder.
+    background = _run_worker(tmp_path, "background", 2, "background")
+    assert background["ranks_agree"] and background["refreshes"] >= 1
+    assert background["stale_after_training"] is False
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints

@@ -104,6 +104,12 @@ def test_loss_decreases_with_trainer(tmp_path):
     assert after < 0.8 * before, (before, after)
 
 
+def test_trainer_does_not_rescale_our_mean_losses(tmp_path):
+    # With `**kwargs` in forward, Trainer would assume a summed loss and multiply it by the number of processes.
+    trainer = RealmOpenQATrainer(model=make_model(), args=training_args(tmp_path))
+    assert trainer.model_accepts_loss_kwargs is False
+
+
 def test_evaluation_reports_em_f1_recall(tmp_path):
     model = make_model(train_document_embedder=False)
     dataset = datasets.Dataset.from_list(QUESTIONS)

@@ -249,6 +249,9 @@ class RealmPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["BertEmbeddings", "BertLayer"]
     # Old checkpoints may carry the (non-persistent nowadays) position_ids buffer.
     _keys_to_ignore_on_load_unexpected = [r"position_ids"]
+    # Our losses are means (the legacy ones) and ignore `num_items_in_batch`: without this, `Trainer` sees `**kwargs`
+    # in `forward`, assumes a summed loss and multiplies it by the number of processes under DDP.
+    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
