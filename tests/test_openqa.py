@@ -143,3 +143,49 @@ def test_training_loss_backpropagates_to_question_embedder(model, legacy):
     finally:
         model.zero_grad()
         model.eval()
+
+
+@pytest.mark.parametrize("budget", [1, 40])
+def test_length_grouped_reading_equals_one_padded_batch(model, legacy, budget):
+    # Rows of different lengths read in length-sorted chunks (budget 1: one row per chunk) must give the numbers of
+    # one padded batch: logits of every real span, predictions, losses and gradients.
+    _, info = legacy
+    questions = [q["question"] for q in info["questions"]]
+    answers = [q["answers"] for q in info["questions"]]
+    inputs = model.retriever.tokenizer(questions, padding=True, return_tensors="pt")
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    results = {}
+    try:
+        for name, value in (("one batch", None), ("chunked", budget)):
+            model.reader.max_tokens_per_chunk = value
+            model.zero_grad()
+            out = model(**inputs, answers=answers)
+            out.loss.backward()
+            grads = {n: p.grad.clone() for n, p in model.reader.named_parameters() if p.grad is not None}
+            results[name] = (out, grads)
+    finally:
+        model.reader.max_tokens_per_chunk = 4096
+        model.zero_grad()
+    (full, full_grads), (chunked, chunked_grads) = results["one batch"], results["chunked"]
+    full_logits, chunked_logits = full.reader_output.reader_logits, chunked.reader_output.reader_logits
+    real = full_logits > torch.finfo(full_logits.dtype).min / 2
+    assert real.any() and not real.all()  # padding spans exist, so the chunked path really cut rows short
+    assert torch.equal(real, chunked_logits > torch.finfo(chunked_logits.dtype).min / 2)
+    torch.testing.assert_close(chunked_logits[real], full_logits[real], atol=1e-5, rtol=1e-5)
+    assert chunked.predicted_answers == full.predicted_answers
+    torch.testing.assert_close(chunked.loss, full.loss, atol=1e-5, rtol=1e-5)
+    assert set(chunked_grads) == set(full_grads)
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_reader_uses_the_fused_tanh_gelu(model):
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    assert model.config.hidden_act == "gelu_new"
+    activations = [m for m in model.modules() if isinstance(m, (GELUTanh, NewGELUActivation))]
+    assert activations and all(isinstance(m, GELUTanh) for m in activations)
+    x = torch.linspace(-6, 6, 1001)
+    torch.testing.assert_close(GELUTanh()(x), NewGELUActivation()(x), atol=1e-6, rtol=1e-6)

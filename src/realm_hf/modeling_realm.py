@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import CrossEntropyLoss
 from transformers import PreTrainedModel
+from transformers.activations import GELUTanh, NewGELUActivation
 from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredictionHead, BertModel, BertOnlyMLMHead
 from transformers.utils import ModelOutput
@@ -189,6 +190,16 @@ def _span_candidates(max_sequence_len: int, max_span_width: int, device) -> tupl
     return torch.cat(starts, 0), torch.cat(ends, 0)
 
 
+def _full_candidate_index(
+    starts: torch.Tensor, ends: torch.Tensor, full_len: int, max_span_width: int
+) -> torch.Tensor:
+    """Positions of the spans `(starts, ends)` in the candidate enumeration of a `full_len`-long sequence."""
+    # The enumeration is width-major: width w holds full_len - w + 1 spans, ordered by start.
+    sizes = [full_len - width + 1 for width in range(1, max_span_width)]
+    offsets = torch.tensor([0] + sizes, device=starts.device).cumsum(0)
+    return offsets[ends - starts] + starts
+
+
 class RealmReaderProjection(nn.Module):
     """Scores every span of at most `config.max_span_width` wordpieces that lies inside the block."""
 
@@ -253,6 +264,10 @@ class RealmPreTrainedModel(PreTrainedModel):
     # in `forward`, assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
 
+    def post_init(self):
+        super().post_init()
+        _fuse_gelu_new(self)
+
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -266,6 +281,17 @@ class RealmPreTrainedModel(PreTrainedModel):
     def _flatten_inputs(*inputs):
         """Flatten `(batch, num_candidates, seq)` tensors to `(batch * num_candidates, seq)`."""
         return [t.reshape(-1, t.shape[-1]) if t is not None and t.dim() > 2 else t for t in inputs]
+
+
+def _fuse_gelu_new(model: nn.Module) -> None:
+    """
+    REALM's configs use `gelu_new`, which transformers computes as five separate element-wise tensor ops in Python;
+    `gelu(approximate="tanh")` is the same function in one fused kernel (a fifth of the reader's CPU time at batch 16).
+    """
+    for module in model.modules():
+        for name, child in module.named_children():
+            if isinstance(child, NewGELUActivation):
+                setattr(module, name, GELUTanh())
 
 
 def _encoder_kwargs(output_attentions, output_hidden_states):
@@ -586,7 +612,67 @@ class RealmReader(RealmPreTrainedModel):
         # The reader never predicts tokens, but legacy reader checkpoints hold this head.
         self.cls = BertOnlyMLMHead(config)
         self.qa_outputs = RealmReaderProjection(config)
+        # Rows (question, block pairs) are read in groups of similar length of at most this many tokens, each
+        # padded only to its own longest row; `None` reads all rows in one padded batch.
+        self.max_tokens_per_chunk: int | None = 4096
         self.post_init()
+
+    def _read_rows(self, flat_ids, flat_mask, flat_types, flat_block_mask, encoder_kwargs):
+        """
+        Encode the flattened rows and score their spans. With right-padded rows of different lengths, rows are
+        sorted by length and read in chunks padded to their own length: a batch of questions then costs what its
+        rows need rather than `rows x longest row`, and the span tensors (rows x spans x span_hidden_size) stay
+        small. Returns `(sequence_output or None, reader_logits, candidate_starts, candidate_ends)`.
+        """
+        num_rows, seq_len = flat_block_mask.shape
+        lengths = flat_mask.sum(-1) if flat_mask is not None else None
+        chunked = (
+            self.max_tokens_per_chunk is not None
+            and flat_ids is not None
+            and lengths is not None
+            and not encoder_kwargs.get("output_attentions")
+            and not encoder_kwargs.get("output_hidden_states")
+            and num_rows * seq_len > self.max_tokens_per_chunk
+            # Right padding only: every row's mask is a prefix of ones.
+            and bool((flat_mask == (torch.arange(seq_len, device=flat_mask.device) < lengths.unsqueeze(-1))).all())
+        )
+        if not chunked:
+            outputs = self.realm(flat_ids, attention_mask=flat_mask, token_type_ids=flat_types, **encoder_kwargs)
+            logits, starts, ends = self.qa_outputs(outputs.last_hidden_state, flat_block_mask)
+            return outputs, logits, starts, ends
+
+        width = self.config.max_span_width
+        starts, ends = _span_candidates(seq_len, width, flat_block_mask.device)
+        reader_logits = None
+        order = torch.argsort(lengths, descending=True).tolist()
+        lengths = lengths.tolist()
+        begin = 0
+        while begin < num_rows:
+            # Rows are sorted longest first: the chunk's first row sets its padded length.
+            chunk_len = min(seq_len, max(width, int(lengths[order[begin]])))
+            size = max(1, self.max_tokens_per_chunk // chunk_len)
+            rows = torch.tensor(order[begin : begin + size], device=flat_block_mask.device)
+            begin += size
+            outputs = self.realm(
+                flat_ids[rows, :chunk_len],
+                attention_mask=flat_mask[rows, :chunk_len],
+                token_type_ids=flat_types[rows, :chunk_len] if flat_types is not None else None,
+                **encoder_kwargs,
+            )
+            logits, chunk_starts, chunk_ends = self.qa_outputs(
+                outputs.last_hidden_state, flat_block_mask[rows, :chunk_len]
+            )
+            if reader_logits is None:
+                # Spans beyond a chunk's length lie in padding: masked, as the one-batch path masks them.
+                reader_logits = torch.full(
+                    (num_rows, starts.shape[0]),
+                    torch.finfo(logits.dtype).min,
+                    dtype=logits.dtype,
+                    device=logits.device,
+                )
+            columns = _full_candidate_index(chunk_starts, chunk_ends, seq_len, width)
+            reader_logits[rows.unsqueeze(-1), columns.unsqueeze(0)] = logits
+        return None, reader_logits, starts, ends
 
     def get_input_embeddings(self):
         return self.realm.embeddings.word_embeddings
@@ -646,20 +732,26 @@ class RealmReader(RealmPreTrainedModel):
             raise ValueError("The input sequence length must be greater than or equal to config.max_span_width.")
 
         flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
-        if inputs_embeds is not None:
-            inputs_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:])
-        outputs = self.realm(
-            flat_ids,
-            attention_mask=flat_mask,
-            token_type_ids=flat_types,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **_encoder_kwargs(output_attentions, output_hidden_states),
-        )
-        sequence_output = outputs.last_hidden_state
-        reader_logits, candidate_starts, candidate_ends = self.qa_outputs(
-            sequence_output, block_mask[:, :reader_beam_size].reshape(-1, seq_len)
-        )
+        flat_block_mask = block_mask[:, :reader_beam_size].reshape(-1, seq_len)
+        encoder_kwargs = _encoder_kwargs(output_attentions, output_hidden_states)
+        if inputs_embeds is not None or position_ids is not None:
+            if inputs_embeds is not None:
+                inputs_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:])
+            outputs = self.realm(
+                flat_ids,
+                attention_mask=flat_mask,
+                token_type_ids=flat_types,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
+                **encoder_kwargs,
+            )
+            reader_logits, candidate_starts, candidate_ends = self.qa_outputs(
+                outputs.last_hidden_state, flat_block_mask
+            )
+        else:
+            outputs, reader_logits, candidate_starts, candidate_ends = self._read_rows(
+                flat_ids, flat_mask, flat_types, flat_block_mask, encoder_kwargs
+            )
         num_candidates = candidate_starts.shape[0]
         # [batch, reader_beam, num_candidates]: span score + retrieval score of its block.
         reader_logits = reader_logits.view(batch_size, reader_beam_size, num_candidates)
@@ -717,8 +809,8 @@ class RealmReader(RealmPreTrainedModel):
             reader_logits=reader_logits,
             candidate_starts=candidate_starts,
             candidate_ends=candidate_ends,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            hidden_states=outputs.hidden_states if outputs is not None else None,
+            attentions=outputs.attentions if outputs is not None else None,
         )
 
 
