@@ -203,8 +203,22 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
         retriever=retriever,
         eval_results={"exact_match": after["exact_match"], "f1": after["f1"], "recall@5": after.get("recall@5")},
         base_model="sentence-transformers/all-MiniLM-L6-v2",
+        model_name="realm-foldoc",
         datasets=["foldoc"],
-        training_args=training_args,
+        # What was really used: the optimizer is ours (two learning rates), not the one TrainingArguments names.
+        training_args={
+            "max_steps": args.train_steps,
+            "per_device_train_batch_size": args.batch_size,
+            "optimizer": "AdamW, linear schedule with warmup",
+            "learning_rate (reader)": args.learning_rate,
+            "learning_rate (embedders)": args.learning_rate * args.embedder_lr_ratio,
+            "warmup_steps": training_args.warmup_steps,
+            "weight_decay": 0.01,
+            "document embedder": "trained end to end",
+            "frozen encoder layers": args.freeze_layers,
+            "index refresh": f"every {args.refresh_steps} steps (RealmReindexCallback, background)",
+            "seed": args.seed,
+        },
     )
     # Replace any previous model only once the new one is complete.
     shutil.rmtree(model_dir, ignore_errors=True)

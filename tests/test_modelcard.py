@@ -105,6 +105,10 @@ def test_training_arguments_object(saved, tmp_path):
     card = generate_model_card(saved[0], training_args=args)
     assert "| learning_rate | 0.0001 |" in card and "| num_train_epochs | 3 |" in card
     assert "| output_dir |" not in card  # only the settings that describe training
+    # With max_steps, Trainer ignores the epoch count: the card must not claim it.
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=3, max_steps=200, report_to=[])
+    card = generate_model_card(saved[0], training_args=args)
+    assert "| max_steps | 200 |" in card and "num_train_epochs" not in card
 
 
 def test_hand_written_text_and_metadata_survive_resaves(saved, tmp_path):

@@ -419,6 +419,8 @@ def _training_section(training_args) -> str:
     if hasattr(training_args, "to_dict"):
         values = training_args.to_dict()
         values = {key: values[key] for key in _TRAINING_KEYS if values.get(key) not in (None, "", -1)}
+        if values.get("max_steps", 0) > 0:
+            values.pop("num_train_epochs", None)  # Trainer ignores it when max_steps is set
     elif isinstance(training_args, Mapping):
         values = dict(training_args)
     else:
