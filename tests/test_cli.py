@@ -390,6 +390,9 @@ def local_hub(tmp_path, monkeypatch):
         )
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        # transformers keeps one HfApi, made with the endpoint of its first use (an offline test may have made it
+        # for huggingface.co): let it make one for this server.
+        monkeypatch.setattr("transformers.utils.hub._hf_api", None)
         monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")  # never leaves 127.0.0.1
         yield hub
 

@@ -63,6 +63,9 @@ def build_tiny_model(tmp_dir, reader_beam_size=3, seed=0):
         max_position_embeddings=64,
         pad_token_id=0,
         num_block_records=len(DOCS),
+        # At the default 0.02 a random tiny embedder maps every text to nearly the same unit vector: retrieval
+        # scores then tie to 1e-6 and their order flips with the CPU's matmul kernels. 0.5 separates them.
+        initializer_range=0.5,
     )
     model = RealmForOpenQA(config).eval()
     texts = [text for _, text in DOCS]
@@ -158,8 +161,8 @@ def test_top_k_distinct_answers_across_blocks(tiny, qa):
     assert len(set(texts)) == len(texts)
     assert sum(a["score"] for a in answers) <= 1.0 + 1e-6
     assert answers[0]["answer"] == qa(QUESTIONS[1])["answer"]
-    # Every read block may contribute: the candidates come from reader_logits over all blocks.
-    assert {a["block"]["id"] for a in qa(QUESTIONS[1], top_k=40)} == {
+    # Every read block may contribute: the candidates come from reader_logits over all blocks (1000 > all spans).
+    assert {a["block"]["id"] for a in qa(QUESTIONS[1], top_k=1000)} == {
         b["block_id"] for b in tiny[0].answer(QUESTIONS[1])["retrieved"]
     }
 
@@ -171,7 +174,7 @@ def test_top_k_batched_returns_list_per_question(qa):
 
 def test_num_blocks_and_max_answer_len(tiny, qa):
     model = tiny[0]
-    answers = qa(QUESTIONS[0], num_blocks=5, top_k=60)
+    answers = qa(QUESTIONS[0], num_blocks=5, top_k=1000)  # every span of every block: all 5 blocks are read
     assert len({a["block"]["id"] for a in answers}) == 5
     assert model.config.reader_beam_size == 3  # a per-call setting, not a change to the model
     tokenizer = tiny[1]
