@@ -67,6 +67,12 @@ def parse_args(argv=None):
     parser.add_argument("--realm-minutes", type=float, default=9.0, help="Wall-clock budget of the fresh run.")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument(
+        "--embedder-lr-ratio",
+        type=float,
+        default=0.1,
+        help="Embedders' learning rate relative to the encoder's (1: one rate for all; see pretraining_optimizer).",
+    )
     parser.add_argument("--refresh-steps", type=int, default=10, help="Refresh period of the fresh-index run.")
     parser.add_argument("--stale-factor", type=int, default=30, help="How much less often the stale run refreshes.")
     parser.add_argument("--inline-refresh", action="store_true", help="Refresh in the training thread.")

@@ -57,6 +57,12 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="REALM pre-training steps.")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument(
+        "--embedder-lr-ratio",
+        type=float,
+        default=0.1,
+        help="Embedders' learning rate relative to the encoder's (1: one rate for all; see pretraining_optimizer).",
+    )
     parser.add_argument("--refresh-steps", type=int, default=10, help="Index refresh period (paper: ~500).")
     parser.add_argument("--inline-refresh", action="store_true", help="Refresh in the training thread.")
     parser.add_argument("--held-out", type=int, default=0, help="Entries whose sentences are not trained on.")
@@ -229,6 +235,26 @@ def pretraining_collator(tokenizer, args):
     )
 
 
+def pretraining_optimizer(model, args):
+    """
+    AdamW with the embedders at `args.embedder_lr_ratio` times the encoder's learning rate, or `None` (Trainer's own
+    optimizer) when the ratio is 1.
+
+    A checkpoint without a masked-LM head (all-MiniLM-L6-v2) starts the encoder's head from scratch, which needs a high
+    rate; the embedders start from the ICT warm start, whose retrieval a high rate on a noisy early gradient scrambles.
+    """
+    ratio = float(getattr(args, "embedder_lr_ratio", 1.0))
+    if ratio == 1.0:
+        return None
+    encoder = [p for p in model.encoder.parameters() if p.requires_grad]
+    encoder_ids = {id(p) for p in encoder}
+    embedders = [p for p in model.parameters() if p.requires_grad and id(p) not in encoder_ids]
+    return torch.optim.AdamW(
+        [{"params": encoder, "lr": args.learning_rate}, {"params": embedders, "lr": args.learning_rate * ratio}],
+        weight_decay=0.01,
+    )
+
+
 def train_realm(
     model,
     tokenizer,
@@ -269,6 +295,7 @@ def train_realm(
         train_dataset=features,
         data_collator=pretraining_collator(tokenizer, args),
         callbacks=list(callbacks),
+        optimizers=(pretraining_optimizer(model, args), None),
     )
     reindexer.attach(trainer)  # first among the callbacks, so report_to integrations get the refresh metrics
     return trainer.train(), reindexer

@@ -1,0 +1,170 @@
+"""
+The training examples run end to end on a tiny BERT: `examples/finetune_openqa.py` (Trainer),
+`examples/finetune_openqa_accelerate.py` (plain Accelerate loop, one process) and `examples/pretrain_realm.py`
+(ICT warm start, then REALM pre-training on FOLDOC), each with the index refreshed while training goes on.
+
+They are run in-process through their `main(argv)`; what they save is loaded back and checked (weights, corpus and
+index that belong together, refreshes recorded), so a broken example fails here rather than in a user's hands.
+`examples/demo_foldoc.py` is README's main job, run by `make demo` on the real MiniLM weights.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from realm_hf import RealmForOpenQA, RealmTokenizer
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+# Facts from tests/fixtures/corpus/documents.jsonl, each answer written in its document.
+QUESTIONS = [
+    ("when was port estrel founded?", ["1642"]),
+    ("which sea is velmora island in?", ["Sarrow Sea"]),
+    ("who designed the torre alba lighthouse?", ["Mirela Costa"]),
+    ("who created the quillon programming language?", ["Anneke Vos"]),
+    ("where was anneke vos born?", ["Utrecht"]),
+    ("what is the package manager of quillon?", ["Quire"]),
+    ("who is the hopper prize named after?", ["Grace Hopper"]),
+    ("what does tern collect?", ["garbage"]),
+]
+
+
+@pytest.fixture(scope="module")
+def examples_on_path():
+    sys.path.insert(0, EXAMPLES)  # finetune_openqa_accelerate imports finetune_openqa as its recipe
+    yield
+    sys.path.remove(EXAMPLES)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A BertForPreTraining checkpoint directory (hidden 32, 2 layers) with the 600-wordpiece fixture vocabulary."""
+    from transformers import BertConfig, BertForPreTraining
+
+    path = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = RealmTokenizer(vocab=os.path.join(FIXTURES, "corpus", "vocab.txt"))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=256,
+        hidden_act="gelu",
+    )
+    BertForPreTraining(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def qa_files(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qa")
+    for name, rows in (("train", QUESTIONS), ("eval", QUESTIONS[:4])):
+        with open(path / f"{name}.jsonl", "w") as f:
+            for question, answers in rows:
+                f.write(json.dumps({"question": question, "answers": answers}) + "\n")
+    return str(path / "train.jsonl"), str(path / "eval.jsonl")
+
+
+def finetune_args(tiny_bert, qa_files, output_dir):
+    train_file, eval_file = qa_files
+    return [
+        "--init-from-bert", tiny_bert,
+        "--corpus", os.path.join(FIXTURES, "corpus", "documents.jsonl"),
+        "--train-file", train_file,
+        "--eval-file", eval_file,
+        "--max-block-length", "48",
+        "--reader-seq-len", "96",
+        "--train-document-embedder",
+        "--refresh-steps", "2",
+        "--max-steps", "4",
+        "--batch-size", "2",
+        "--logging-steps", "2",
+        "--output-dir", str(output_dir),
+    ]  # fmt: skip
+
+
+def check_saved_openqa_model(output_dir):
+    with open(os.path.join(output_dir, "results.json")) as f:
+        results = json.load(f)
+    assert results["steps"] == 4 and results["mode"] == "end to end"
+    # Refreshes snapshot at steps 2 and 4; the last one is swapped in at the end of training, before saving.
+    assert [r["reindex/snapshot_step"] for r in results["refreshes"]] == [2.0, 4.0]
+    assert {"exact_match", "f1"} <= set(results["after"])
+    model = RealmForOpenQA.from_pretrained(os.path.join(output_dir, "model")).eval()
+    retriever = model.retriever
+    assert retriever.is_stale(model.document_embedder) is False
+    # The saved index is the corpus embedded by the saved (trained) document embedder: re-embedding reproduces it.
+    block_ids = retriever.block_ids[:8]
+    saved = retriever.get_block_embeddings(block_ids).clone()
+    retriever.embed_corpus(model.document_embedder, show_progress=False)
+    torch.testing.assert_close(retriever.get_block_embeddings(block_ids), saved, atol=1e-4, rtol=0)
+    answers = model.answer([q for q, _ in QUESTIONS[:2]])
+    assert len(answers) == 2 and all(a["retrieved"] for a in answers)
+
+
+def test_finetune_openqa_trainer_example(examples_on_path, tiny_bert, qa_files, tmp_path):
+    import finetune_openqa
+
+    assert finetune_openqa.main(finetune_args(tiny_bert, qa_files, tmp_path)) == 0
+    check_saved_openqa_model(tmp_path)
+
+
+def test_finetune_openqa_accelerate_example(examples_on_path, tiny_bert, qa_files, tmp_path):
+    import finetune_openqa_accelerate
+
+    assert finetune_openqa_accelerate.main(finetune_args(tiny_bert, qa_files, tmp_path)) == 0
+    check_saved_openqa_model(tmp_path)
+
+
+def test_pretrain_realm_example(examples_on_path, tiny_bert, tmp_path):
+    import pretrain_realm
+
+    from realm_hf.modeling_pretraining import RealmForPreTraining
+
+    argv = [
+        "--bert", tiny_bert,
+        "--entries", "40",
+        "--max-block-length", "48",
+        "--max-input-length", "32",
+        "--ict-steps", "3",
+        "--ict-batch-size", "4",
+        "--steps", "4",
+        "--batch-size", "2",
+        "--refresh-steps", "2",
+        "--embedder-lr-ratio", "0.1",
+        "--output", str(tmp_path),
+    ]  # fmt: skip
+    assert pretrain_realm.main(argv) == 0
+    model = RealmForPreTraining.from_pretrained(tmp_path)
+    assert model.retriever is not None and len(model.retriever) > 0
+    # The components a user takes on to Open-QA fine-tuning (the legacy checkpoint layout).
+    assert {"embedder", "encoder"} <= set(os.listdir(tmp_path / "components"))
+
+
+def test_pretraining_optimizer_scales_the_embedders_only(examples_on_path, tiny_bert):
+    import argparse
+
+    import pretrain_realm
+
+    from realm_hf.initialization import init_from_bert
+    from realm_hf.modeling_pretraining import RealmForPreTraining
+
+    model = init_from_bert(RealmForPreTraining, tiny_bert, retriever_proj_size=8, num_candidates=2)
+    args = argparse.Namespace(learning_rate=1e-3, embedder_lr_ratio=0.1)
+    optimizer = pretrain_realm.pretraining_optimizer(model, args)
+    encoder_group, embedder_group = optimizer.param_groups
+    assert encoder_group["lr"] == pytest.approx(1e-3) and embedder_group["lr"] == pytest.approx(1e-4)
+    encoder_ids = {id(p) for p in model.encoder.parameters()}
+    assert all(id(p) in encoder_ids for p in encoder_group["params"])
+    assert not any(id(p) in encoder_ids for p in embedder_group["params"])
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert {id(p) for g in optimizer.param_groups for p in g["params"]} == trainable
+    args.embedder_lr_ratio = 1.0
+    assert pretrain_realm.pretraining_optimizer(model, args) is None  # Trainer's own optimizer
