@@ -237,3 +237,24 @@ def test_gradient_checkpointing_trains():
     out = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"])
     out.projected_score.sum().backward()
     assert model.realm.encoder.layer[0].attention.self.query.weight.grad is not None
+
+
+@pytest.mark.parametrize("cls", [RealmEmbedder, RealmForOpenQA, RealmConfig])
+def test_checkpoint_of_another_model_type_is_a_clear_error(cls, tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from realm_hf.initialization import init_from_bert
+
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, vocab_size=99
+    )
+    BertModel(config).save_pretrained(tmp_path)
+    # transformers itself only warns, then returns a REALM model with every weight random.
+    with pytest.raises(ValueError, match=r"holds a `bert` model, not a REALM one.*init_from_bert"):
+        cls.from_pretrained(tmp_path)
+    # The suggested way works on the same directory.
+    model = init_from_bert(RealmEmbedder, tmp_path, retriever_proj_size=8)
+    torch.testing.assert_close(
+        model.realm.embeddings.word_embeddings.weight,
+        BertModel.from_pretrained(tmp_path).embeddings.word_embeddings.weight,
+    )

@@ -143,5 +143,32 @@ class RealmConfig(PreTrainedConfig):
 
         super().__init__(**kwargs)
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """
+        As [`~transformers.PreTrainedConfig.get_config_dict`], but a checkpoint of another model type is an error.
+
+        transformers only warns and then builds a REALM model with every weight freshly initialised, which answers
+        nonsense without failing. A BERT checkpoint is a valid starting point, through `init_from_bert`.
+        """
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        model_type = config_dict.get("model_type")
+        if model_type is not None and model_type != cls.model_type:
+            hint = (
+                " To start REALM from BERT-family weights, use `realm_hf.initialization.init_from_bert(RealmForOpenQA, "
+                f"{str(pretrained_model_name_or_path)!r})` (or the REALM class you need)."
+                if model_type in _BERT_FAMILY
+                else ""
+            )
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a `{model_type}` model, not a REALM one (config.json "
+                f"model_type `{model_type}`, expected `{cls.model_type}`), so its weights would not be loaded.{hint}"
+            )
+        return config_dict, kwargs
+
+
+# Checkpoints `init_from_bert` can start REALM from (BERT layout: `embeddings`, `encoder.layer.N`, WordPiece).
+_BERT_FAMILY = {"bert"}
+
 
 __all__ = ["RealmConfig"]
