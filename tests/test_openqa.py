@@ -189,3 +189,27 @@ def test_reader_uses_the_fused_tanh_gelu(model):
     assert activations and all(isinstance(m, GELUTanh) for m in activations)
     x = torch.linspace(-6, 6, 1001)
     torch.testing.assert_close(GELUTanh()(x), NewGELUActivation()(x), atol=1e-6, rtol=1e-6)
+
+
+def test_retriever_of_another_embedding_size_is_refused(model):
+    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    proj = model.config.retriever_proj_size
+    wrong = RealmRetriever.from_embeddings(
+        torch.randn(3, proj + 1), ["a", "b", "c"], tokenizer=model.retriever.tokenizer, index="Flat"
+    )
+    before = model.retriever
+    with pytest.raises(ValueError, match=rf"holds {proj + 1}-d embeddings.*projects to {proj} dimensions"):
+        model.set_retriever(wrong)
+    assert model.retriever is before  # unchanged: the model still answers from its own corpus
+    with pytest.raises(ValueError, match="holds .*-d embeddings"):
+        RealmForOpenQA(model.config, retriever=wrong)
+    with pytest.raises(ValueError, match="holds .*-d embeddings"):
+        RealmForPreTraining(model.config, retriever=wrong)
+    right = RealmRetriever.from_embeddings(
+        torch.randn(3, proj), ["a", "b", "c"], tokenizer=model.retriever.tokenizer, index="Flat"
+    )
+    model.set_retriever(right)
+    assert model.retriever is right
+    model.set_retriever(before)

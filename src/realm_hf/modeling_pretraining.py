@@ -17,6 +17,7 @@ from .modeling_realm import (
     RealmPreTrainedModel,
     RealmQueryEmbedderMixin,
     RealmScorer,
+    check_retriever_dim,
     realm_marginal_mlm_loss,
 )
 
@@ -269,6 +270,7 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             # Straight into _modules: the `query_embedder` property makes add_module think the name is taken.
             self._modules["query_embedder"] = RealmEmbedder(config)
         self.encoder = RealmKnowledgeAugEncoder(config)
+        check_retriever_dim(retriever, config)
         self.retriever = retriever
         self.tokenizer = tokenizer
         self.post_init()
@@ -307,7 +309,8 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             self.encoder.realm.pooler.requires_grad_(False)
 
     def set_retriever(self, retriever) -> None:
-        """Attach (or replace) the knowledge corpus this model retrieves from."""
+        """Attach (or replace) the knowledge corpus this model retrieves from; its embedding size must match."""
+        check_retriever_dim(retriever, self.config)
         self.retriever = retriever
 
     def _require_retriever(self):

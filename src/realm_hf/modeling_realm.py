@@ -852,6 +852,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         self.embedder = RealmEmbedder(config)
         self.reader = RealmReader(config)
         self.document_embedder = RealmEmbedder(config) if getattr(config, "use_document_embedder", False) else None
+        check_retriever_dim(retriever, config)
         self.retriever = retriever
         self.post_init()
 
@@ -919,7 +920,8 @@ class RealmForOpenQA(RealmPreTrainedModel):
         return self.config.reader_beam_size
 
     def set_retriever(self, retriever) -> None:
-        """Attach (or replace) the knowledge corpus this model retrieves from."""
+        """Attach (or replace) the knowledge corpus this model retrieves from; its embedding size must match."""
+        check_retriever_dim(retriever, self.config)
         self.retriever = retriever
 
     @classmethod
@@ -940,7 +942,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
         if retriever is None:
             retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
-        model.retriever = retriever
+        model.set_retriever(retriever)
         return loaded
 
     def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
@@ -1179,6 +1181,19 @@ def check_questions(questions: list[str], tokenizer, max_question_length: int) -
                 f"Question of {length} wordpieces is longer than the limit of {max_question_length} "
                 f"({question[:60]!r}...): shorten it or raise `max_question_length`."
             )
+
+
+def check_retriever_dim(retriever, config: RealmConfig) -> None:
+    """Refuse a retriever whose embeddings are not `config.retriever_proj_size`-dimensional (`None` passes)."""
+    dim = getattr(retriever, "embedding_dim", None)
+    if dim is None or int(dim) == int(config.retriever_proj_size):
+        return
+    raise ValueError(
+        f"This retriever holds {int(dim)}-d embeddings, but the model's embedder projects to "
+        f"{config.retriever_proj_size} dimensions (config.retriever_proj_size): its inner products would be "
+        "meaningless. Use the corpus built for this model, or re-embed it with this model's embedder "
+        "(`retriever.embed_corpus(model.embedder)`)."
+    )
 
 
 def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False, **kwargs):
