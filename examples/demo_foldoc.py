@@ -96,6 +96,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import RealmOpenQATrainer, evaluate_openqa
+    from realm_hf.training.optimization import two_rate_adamw
 
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
@@ -160,16 +161,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     )
     # The reader's span head starts from scratch and needs a high learning rate; the embedders start from a working
     # retrieval space (recall@5 is high before fine-tuning) that a high rate on a tiny batch would scramble.
-    reader_params = [p for p in model.reader.parameters() if p.requires_grad]
-    reader_ids = {id(p) for p in reader_params}
-    embedder_params = [p for p in model.parameters() if p.requires_grad and id(p) not in reader_ids]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": reader_params, "lr": args.learning_rate},
-            {"params": embedder_params, "lr": args.learning_rate * args.embedder_lr_ratio},
-        ],
-        weight_decay=0.01,
-    )
+    optimizer = two_rate_adamw(model, model.reader, args.learning_rate, args.embedder_lr_ratio)
     trainer = RealmOpenQATrainer(
         model=model,
         args=training_args,

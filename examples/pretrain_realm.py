@@ -243,16 +243,12 @@ def pretraining_optimizer(model, args):
     A checkpoint without a masked-LM head (all-MiniLM-L6-v2) starts the encoder's head from scratch, which needs a high
     rate; the embedders start from the ICT warm start, whose retrieval a high rate on a noisy early gradient scrambles.
     """
+    from realm_hf.training import two_rate_adamw
+
     ratio = float(getattr(args, "embedder_lr_ratio", 1.0))
     if ratio == 1.0:
         return None
-    encoder = [p for p in model.encoder.parameters() if p.requires_grad]
-    encoder_ids = {id(p) for p in encoder}
-    embedders = [p for p in model.parameters() if p.requires_grad and id(p) not in encoder_ids]
-    return torch.optim.AdamW(
-        [{"params": encoder, "lr": args.learning_rate}, {"params": embedders, "lr": args.learning_rate * ratio}],
-        weight_decay=0.01,
-    )
+    return two_rate_adamw(model, model.encoder, args.learning_rate, ratio)
 
 
 def train_realm(

@@ -43,20 +43,14 @@ def examples_on_path():
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A BertForPreTraining checkpoint directory (hidden 32, 2 layers) with the 600-wordpiece fixture vocabulary."""
-    from transformers import BertConfig, BertForPreTraining
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
 
     path = tmp_path_factory.mktemp("tiny_bert")
     tokenizer = RealmTokenizer(vocab=os.path.join(FIXTURES, "corpus", "vocab.txt"))
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=256,
-        hidden_act="gelu",
-    )
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 256  # the examples pair 32-48 wordpiece inputs with 48-64 wordpiece blocks
     BertForPreTraining(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)

@@ -270,8 +270,7 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             # Straight into _modules: the `query_embedder` property makes add_module think the name is taken.
             self._modules["query_embedder"] = RealmEmbedder(config)
         self.encoder = RealmKnowledgeAugEncoder(config)
-        check_retriever_dim(retriever, config)
-        self.retriever = retriever
+        self.set_retriever(retriever)
         self.tokenizer = tokenizer
         self.post_init()
         self._freeze_unused_parameters()

@@ -852,8 +852,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         self.embedder = RealmEmbedder(config)
         self.reader = RealmReader(config)
         self.document_embedder = RealmEmbedder(config) if getattr(config, "use_document_embedder", False) else None
-        check_retriever_dim(retriever, config)
-        self.retriever = retriever
+        self.set_retriever(retriever)
         self.post_init()
 
     def get_input_embeddings(self):

@@ -4,6 +4,7 @@ from .callbacks import RealmReindexCallback
 from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask
 from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
+from .optimization import two_rate_adamw
 
 __all__ = [
     "DataCollatorForInverseClozeTask",
@@ -13,4 +14,5 @@ __all__ = [
     "RealmOpenQATrainer",
     "RealmReindexCallback",
     "evaluate_openqa",
+    "two_rate_adamw",
 ]
