@@ -198,11 +198,15 @@ def build_model_and_data(args):
         `--train-document-embedder` is given (trainable) or when it came with one (then frozen); its retriever's
         index is consistent with the document embedder, so a refresh only moves the index as training moves it.
     """
+    from transformers import set_seed
+
     from realm_hf import RealmForOpenQA, RealmTokenizer
     from realm_hf.initialization import init_from_bert
     from realm_hf.retrieval_realm import RealmRetriever
 
-    torch.manual_seed(args.seed)
+    # Before the model is built: its fresh heads (retrieval projection, span scorer) are drawn here, and the Trainer
+    # seeds only later, so without this the metrics before training would change from run to run.
+    set_seed(args.seed)  # python, numpy and torch
     if args.model is not None:
         model = RealmForOpenQA.from_pretrained(args.model)
         for name, value in _config_overrides(args, {}).items():

@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         logging.getLogger("realm_hf").setLevel(logging.INFO)
         os.makedirs(args.output_dir, exist_ok=True)
     accelerator.wait_for_everyone()
-    set_seed(args.seed)
+    set_seed(args.seed)  # before the model (its fresh heads) is built
     started = time.perf_counter()
 
     model, tokenizer, retriever, train_questions, eval_questions = build_on_every_process(args, accelerator)

@@ -306,6 +306,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers import set_seed
+
     from realm_hf import RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
     from realm_hf.initialization import init_from_bert
@@ -313,8 +315,8 @@ def main(argv=None) -> int:
     from realm_hf.retrieval_realm import RealmRetriever, split_documents
     from realm_hf.training.ict import RealmForInverseClozeTask
 
-    random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    # Before the models are built (fresh projections and heads): python, numpy and torch.
+    set_seed(args.seed)
     bert = args.bert or minilm_dir()
     started = time.perf_counter()
 

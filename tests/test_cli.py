@@ -371,6 +371,123 @@ def test_train_config_errors(tmp_path, capsys):
     assert run("train", tmp_path / "missing.yaml") == 2
 
 
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A BertForPreTraining directory (hidden 32, 2 layers) with the fixture corpus's wordpiece vocabulary."""
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    path = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = RealmTokenizer(vocab=os.path.join(HERE, "fixtures", "corpus", "vocab.txt"))
+    torch.manual_seed(0)
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 256
+    BertForPreTraining(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def seeded_train(tiny_bert, tmp_path_factory):
+    """
+    `seeded_train(name, seed, **training_args)` runs `realm-hf train` from `init_from_bert` (fresh REALM heads),
+    evaluating before the first step (`eval_on_start`) and after the last unless `evaluate=False`, and returns
+    `(train_results.json, saved weights)`.
+    """
+    from safetensors.torch import load_file
+
+    root = tmp_path_factory.mktemp("seeded")
+    # One question per fixture document (its last sentence, answered by its title): 44 questions, so that metrics of
+    # two differently initialised models are very unlikely to coincide.
+    with open(DOCUMENTS) as f:
+        documents = [json.loads(line) for line in f]
+    qa_file = root / "qa.jsonl"
+    qa_file.write_text(
+        "".join(
+            json.dumps({"question": d["text"].rstrip(".").split(". ")[-1].lower(), "answers": [d["title"]]}) + "\n"
+            for d in documents
+        )
+    )
+
+    def train(name, seed, searcher_beam_size=4, evaluate=True, **training_args):
+        config = {
+            "init_from_bert": str(tiny_bert),
+            "model_config": {
+                "retriever_proj_size": 16,
+                "reader_seq_len": 96,
+                "max_block_length": 48,
+                "searcher_beam_size": searcher_beam_size,
+                "reader_beam_size": 2,
+            },
+            "documents": DOCUMENTS,
+            "max_block_length": 48,
+            "train_file": str(qa_file),
+            "eval_file": str(qa_file) if evaluate else None,
+            "output_dir": name,
+            "recall_ks": [1, 5, 20],
+            "seed": seed,
+            "training_args": {
+                "max_steps": 2,
+                "per_device_train_batch_size": 4,
+                "per_device_eval_batch_size": 64,
+                "learning_rate": 0.01,
+                "eval_on_start": evaluate,
+                "save_strategy": "no",
+                "use_cpu": True,
+                **training_args,
+            },
+        }
+        path = root / f"{name}.json"
+        path.write_text(json.dumps(config))
+        assert run("train", path) == 0
+        results = json.loads((root / name / "train_results.json").read_text())
+        return results, load_file(str(root / name / "model.safetensors"))
+
+    return train
+
+
+def _before(results):
+    """The metrics of the evaluation before the first step, as train_results.json reports them."""
+    first = results["evaluations"][0]
+    assert first["step"] == 0
+    return {k: v for k, v in first.items() if k.startswith("eval_")}
+
+
+def test_train_from_bert_initial_metrics_do_not_depend_on_unrelated_settings(seeded_train):
+    # The issue: same seed, only searcher_beam_size (a training-time setting) and max_steps differ. The fresh heads
+    # were built before any seed was set, so the metrics before the first step differed between the runs.
+    small, _ = seeded_train("beam4", seed=7, searcher_beam_size=4, max_steps=1)
+    large, _ = seeded_train("beam8", seed=7, searcher_beam_size=8, max_steps=2)
+    assert {"eval_exact_match", "eval_f1", "eval_recall@1", "eval_recall@5", "eval_recall@20"} <= set(_before(small))
+    assert _before(small) == _before(large)
+
+
+def test_train_from_bert_same_seed_same_metrics_and_weights(seeded_train):
+    first, first_weights = seeded_train("run1", seed=7)
+    second, second_weights = seeded_train("run2", seed=7)
+    assert first["global_step"] == 2 and [e["step"] for e in first["evaluations"]] == [0, 2]
+    assert first == second  # metrics before and after training, and the training loss
+    assert first_weights.keys() == second_weights.keys()
+    for key, value in first_weights.items():
+        assert torch.equal(value, second_weights[key]), key
+
+
+def test_train_from_bert_seed_sets_the_fresh_heads(seeded_train):
+    # With learning rate 0 the saved weights are the initial ones: another seed gives other fresh REALM heads (the
+    # retrieval projection, the reader's span scorer), while the weights copied from BERT stay the same.
+    seven = seeded_train("seed7", seed=7, evaluate=False, max_steps=1, learning_rate=0.0)[1]
+    eight = seeded_train("seed8", seed=8, evaluate=False, max_steps=1, learning_rate=0.0)[1]
+    seven_again = seeded_train("seed7-again", seed=7, evaluate=False, max_steps=1, learning_rate=0.0)[1]
+    fresh = [k for k in seven if k.startswith("embedder.cls.") or "qa_outputs" in k]
+    copied = [k for k in seven if "word_embeddings" in k]
+    assert fresh and copied
+    assert any(not torch.equal(seven[k], eight[k]) for k in fresh if seven[k].dim() > 1)
+    assert all(torch.equal(seven[k], eight[k]) for k in copied)
+    assert all(torch.equal(seven[k], seven_again[k]) for k in seven)
+
+
 # --------------------------------------------------------------------------------------------------------- push
 
 

@@ -915,7 +915,7 @@ _TRAIN_KEYS = {
     "lora": "finetune: LoRA settings ({r, alpha, dropout, targets, target_modules}); saves adapter/ and merges",
     "masking": "pretrain: DataCollatorForSalientSpanMasking options (max_length, mask_rate, seed, ...)",
     "export_components": "pretrain: also write embedder/, encoder/ (legacy layouts) into the output",
-    "seed": "random seed (default: training_args.seed or 42)",
+    "seed": "random seed, set before the model is built (default: training_args.seed or 42)",
 }
 _MODEL_KEYS = ("model", "init_from_bert", "legacy_embedder", "legacy_encoder")
 _PATH_KEYS = (
@@ -1000,6 +1000,35 @@ def load_train_config(path: str, overrides: Sequence[str] = ()) -> dict:
     return config
 
 
+def _resolve_seed(config: dict) -> int:
+    """The run's seed: `seed`, else `training_args.seed`, else 42 (TrainingArguments' default)."""
+    training_seed = (config.get("training_args") or {}).get("seed")
+    seed = config.get("seed")
+    seed = seed if seed is not None else training_seed if training_seed is not None else 42
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise CLIError(f"seed must be an integer, got {seed!r}.")
+    return seed
+
+
+def _seed_run(config: dict) -> int:
+    """
+    Seed python, numpy and torch before any model is built (and record the seed in `config`). The Trainer seeds only
+    once created, after `init_from_bert` drew the fresh heads and LoRA its adapters: runs of one config diverged.
+    """
+    from transformers import enable_full_determinism, set_seed
+
+    seed = _resolve_seed(config)
+    training_seed = (config.get("training_args") or {}).get("seed")
+    if training_seed is not None and training_seed != seed:
+        logger.warning("seed %s overrides training_args.seed %s.", seed, training_seed)
+    config["seed"] = seed
+    if (config.get("training_args") or {}).get("full_determinism"):
+        enable_full_determinism(seed)
+    else:
+        set_seed(seed)
+    return seed
+
+
 def _training_arguments(config: dict):
     from transformers import TrainingArguments
 
@@ -1007,8 +1036,8 @@ def _training_arguments(config: dict):
     # No experiment trackers unless asked for (they would try to reach the network), and no tqdm in quiet mode.
     values.setdefault("report_to", "none")
     values.setdefault("disable_tqdm", _State.quiet)
-    if "seed" in config:
-        values.setdefault("seed", config["seed"])
+    # The Trainer reseeds with this (before training, and its data order): the same seed the model was built with.
+    values["seed"] = _resolve_seed(config)
     values["output_dir"] = config["output_dir"]
     try:
         return TrainingArguments(**values)
@@ -1063,6 +1092,18 @@ def _reindex_callbacks(model, config: dict) -> list:
             batch_size=int(config.get("reindex_batch_size", 128)),
             background=bool(config.get("reindex_background", True)),
         )
+    ]
+
+
+def _evaluations(trainer) -> list[dict]:
+    """
+    Every evaluation the Trainer logged (`eval_on_start`, `eval_strategy`, the final one), in step order: the metrics
+    before the first step are otherwise only printed.
+    """
+    return [
+        {"step": entry.get("step"), **{k: v for k, v in entry.items() if k.startswith("eval_")}}
+        for entry in trainer.state.log_history
+        if any(k.startswith("eval_") for k in entry)
     ]
 
 
@@ -1133,6 +1174,7 @@ def _train_finetune(config: dict, args) -> dict:
     metrics = {"train_loss": float(result.training_loss), "global_step": int(result.global_step)}
     if eval_dataset is not None:
         metrics.update(_normalize_metric_names(trainer.evaluate()))
+        metrics["evaluations"] = [_normalize_metric_names(entry) for entry in _evaluations(trainer)]
 
     output_dir = config["output_dir"]
     final_model = model
@@ -1201,6 +1243,8 @@ def _train_pretrain(config: dict, args) -> dict:
 
     masking = dict(config.get("masking") or {})
     masking.setdefault("max_length", int(getattr(model.config, "max_position_embeddings", 512)) // 2)
+    # Without a seed the collator's generator draws one from the OS: other masks, other losses on every run.
+    masking.setdefault("seed", _resolve_seed(config))
     try:
         collator = DataCollatorForSalientSpanMasking(tokenizer, **masking)
     except TypeError as err:
@@ -1222,6 +1266,7 @@ def _train_pretrain(config: dict, args) -> dict:
     metrics = {"train_loss": float(result.training_loss), "global_step": int(result.global_step)}
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
+        metrics["evaluations"] = _evaluations(trainer)
     model.save_pretrained(config["output_dir"])
     tokenizer.save_pretrained(config["output_dir"])
     if config.get("export_components"):
@@ -1265,6 +1310,8 @@ def cmd_train(args) -> int:
                 raise CLIError(f"{key} {value!r} does not exist.")
     if config.get("model"):
         _require_local_or_hub(config["model"], "model")
+    # Before anything random: fresh heads, LoRA adapters, the masking collator.
+    _seed_run(config)
     if config["task"] == "pretrain":
         metrics = _train_pretrain(config, args)
     else:
