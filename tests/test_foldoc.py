@@ -8,12 +8,14 @@ from realm_hf.data import foldoc
 from realm_hf.data.foldoc import (
     decode_dictd_number,
     load_foldoc,
+    make_cross_document_task,
     make_link_questions,
     parse_foldoc,
     parse_foldoc_entry,
     read_dictd_index,
     split_questions,
     split_sentences,
+    truncate_entry,
     write_foldoc_jsonl,
 )
 from realm_hf.metrics import has_answer
@@ -235,3 +237,87 @@ def test_real_dictionary():
     card = by_title(entries, "card")
     assert card["text"].startswith("1. A circuit board.\n2. SD card.")
     assert all(e["text"][lk["start"] : lk["end"]] == lk["term"] for e in entries for lk in e["links"])
+
+
+# ------------------------------------------------------------------------------------------ cross-document task
+
+
+def filled(question: dict) -> str:
+    """The question's source sentence: its blank filled with the linked term."""
+    return question["question"].replace("___", question["answers"][0])
+
+
+def test_cross_document_task_removes_question_sentences(entries):
+    task = make_cross_document_task(entries, num_questions=None)
+    questions, documents = task["questions"], task["documents"]
+    # Both resolved cross-references between different entries become questions (one per source entry).
+    assert [q["source_title"] for q in questions] == ["capacitor", "dynamic random-access memory"]
+    capacitor = questions[0]
+    assert capacitor["question"] == "The basis of a ___ cell is a capacitor."
+    # The term as written and the title of the entry it links to are both gold answers.
+    assert capacitor["answers"] == ["dynamic RAM", "dynamic random-access memory"]
+    for question in questions:
+        assert "___" in question["question"]
+        # No title shortcut: the question is the sentence alone and names neither answer.
+        assert not question["question"].startswith(question["source_title"] + ":")
+        assert not has_answer(question["question"], question["answers"])
+        # The question's own sentence is in no block ...
+        assert all(filled(question) not in document["text"] for document in documents)
+        # ... while the entry it links to is in the corpus, headword first, and holds an answer.
+        target = next(d for d in documents if d["title"] == question["answer_target"])
+        assert target["text"].startswith(question["answer_target"] + ": ")
+        assert has_answer(target["text"], question["answers"])
+        assert target["title"] != question["source_title"]
+    # The rest of each source entry stays.
+    capacitor_doc = next(d for d in documents if d["title"] == "capacitor")
+    assert capacitor_doc["text"] == (
+        "capacitor: An electronic device that can store electrical charge. Without decoupling, devices cause hard to "
+        "trace glitches."
+    )
+    assert {d["doc_id"] for d in documents} == {e["title"] for e in entries}
+
+
+def test_cross_document_task_options_and_masked_sentences(entries):
+    task = make_cross_document_task(entries, num_questions=1, seed=3, headword_in_text=False)
+    assert len(task["questions"]) == 1
+    assert task == make_cross_document_task(entries, num_questions=1, seed=3, headword_in_text=False)
+    asked = task["questions"][0]
+    other = "dynamic random-access memory" if asked["source_title"] == "capacitor" else "capacitor"
+    # The sentence not drawn as a question stays in the corpus and becomes a pre-training input instead.
+    [masked] = task["masked_sentences"]
+    assert masked["source_title"] == other
+    start, end = masked["salient_spans"][0]
+    term = masked["text"][start:end]
+    assert term in ("dynamic RAM", "RAM")
+    assert any(masked["text"] in d["text"] for d in task["documents"])
+    assert all(not d["text"].startswith(d["title"] + ": ") for d in task["documents"])
+    assert filled(asked) not in " ".join(d["text"] for d in task["documents"])
+
+
+def test_truncate_entry(entries):
+    entry = by_title(entries, "capacitor")
+    cut = truncate_entry(entry, 110)
+    assert (
+        cut["text"]
+        == "An electronic device that can store electrical charge. The basis of a dynamic RAM cell is a capacitor."
+    )
+    assert [link["term"] for link in cut["links"]] == ["dynamic RAM"]
+    assert entry["text"].startswith(cut["text"]) and len(entry["links"]) == 2  # the original is untouched
+    assert truncate_entry(entry, None)["text"] == entry["text"]
+    # No sentence end within the budget: a hard cut.
+    assert truncate_entry(entry, 10)["text"] == entry["text"][:10]
+
+
+@pytest.mark.skipif(not os.path.exists(foldoc.DEFAULT_DICT_PATH), reason="dict-foldoc is not installed")
+def test_cross_document_task_on_the_real_dictionary():
+    entries = load_foldoc(source="dictd")
+    task = make_cross_document_task(entries, num_questions=500, max_entry_chars=300)
+    # Every entry is in the corpus (an entry whose only kept sentence became a question may drop out).
+    assert len(task["documents"]) >= 0.97 * len(entries) > 10_000
+    # A question whose linked entry lost its only kept sentence to another question is dropped.
+    assert 480 <= len(task["questions"]) <= 500
+    texts = [d["text"] for d in task["documents"]]
+    by_title_doc = {d["title"]: d["text"] for d in task["documents"]}
+    for question in task["questions"][:100]:
+        assert not any(filled(question) in text for text in texts)
+        assert has_answer(by_title_doc[question["answer_target"]], question["answers"])

@@ -25,6 +25,7 @@ __all__ = [
     "QUESTION_TEMPLATE",
     "decode_dictd_number",
     "load_foldoc",
+    "make_cross_document_task",
     "make_link_questions",
     "parse_foldoc",
     "parse_foldoc_entry",
@@ -32,6 +33,7 @@ __all__ = [
     "resolve_links",
     "split_questions",
     "split_sentences",
+    "truncate_entry",
     "write_foldoc_jsonl",
 ]
 
@@ -619,3 +621,169 @@ def split_questions(
     train = [q for i, q in enumerate(questions) if i not in held_out_indices]
     held_out = [q for i, q in enumerate(questions) if i in held_out_indices]
     return train, held_out
+
+
+def truncate_entry(entry: dict, max_chars: int | None) -> dict:
+    """
+    Cut an entry's text to at most `max_chars` characters, at the end of a sentence when one ends in the first
+    `max_chars` characters (else at `max_chars`), keeping only the links that still fit. FOLDOC entries open with
+    their definition, so the cut keeps what the entry is about.
+
+    Args:
+        entry (`dict`): An entry as [`parse_foldoc`] returns it (not modified).
+        max_chars (`int`, *optional*): The budget; `None` keeps the whole text.
+
+    Returns:
+        `dict`: A copy of the entry with `text`, `links` and `external_links` cut.
+    """
+    text = entry["text"]
+    if max_chars is None or len(text) <= max_chars:
+        return dict(entry)
+    ends = [end for _, end in split_sentences(text) if end <= max_chars]
+    cut = ends[-1] if ends else max_chars
+    return dict(
+        entry,
+        text=text[:cut],
+        links=[dict(link) for link in entry["links"] if link["end"] <= cut],
+        external_links=[dict(link) for link in entry.get("external_links", []) if link["end"] <= cut],
+    )
+
+
+def make_cross_document_task(
+    entries: Sequence[dict],
+    num_questions: int | None = 3000,
+    seed: int = 0,
+    max_entry_chars: int | None = None,
+    headword_in_text: bool = True,
+    max_answer_words: int = 5,
+    min_sentence_words: int = 5,
+    max_sentence_words: int = 40,
+) -> dict:
+    """
+    A cross-document open-QA task from FOLDOC: the answer must come from another block than the question's.
+
+    Each question is a sentence of an entry A with one cross-reference `{Y}` to another entry B blanked out, with no
+    title in front ("The basis of a ___ cell is a capacitor." -> "dynamic RAM"). The corpus holds every entry, with
+    the sentence of every question (training and held-out alike) removed from its entry, so no block contains the
+    question's own text and nothing in the question names the block that answers it: the retriever has to learn
+    which entry a context describes. Gold answers are the linked term as written and the title of the entry it
+    links to; with `headword_in_text` each document reads `"<title>: <definition>"` (as a dictionary is read), so
+    entry B's block holds its own name and a reader can answer from it. Other blocks that mention the answer count
+    as hits too (answer recall, the ORQA/REALM convention).
+
+    The same data gives REALM pre-training inputs: `masked_sentences` are the other (sentence, cross-reference)
+    pairs of the corpus, with the reference as the salient span to mask; none of them is a question's sentence.
+
+    Args:
+        entries (`Sequence[dict]`): Entries as [`parse_foldoc`] or [`load_foldoc`] return them, links resolved.
+        num_questions (`int`, *optional*, defaults to 3000): At most this many questions, at most one per entry,
+            drawn at random (every sentence drawn is taken out of the corpus, so drawing all would strip many
+            definitions); `None` draws one from every entry that has one.
+        seed (`int`, *optional*, defaults to 0): Seed of the draw.
+        max_entry_chars (`int`, *optional*): Cut each entry to about this many characters first
+            ([`truncate_entry`]) to keep the corpus small; questions come from the kept text only.
+        headword_in_text (`bool`, *optional*, defaults to `True`): Start each document's text with its title.
+        max_answer_words, min_sentence_words, max_sentence_words (`int`, *optional*): As in
+            [`make_link_questions`].
+
+    Returns:
+        `dict` with `documents` (`list[dict]`: `title`, `text`, `doc_id` (the title); every entry whose text is
+        not empty after the removal), `questions` (`list[dict]`: `id`, `question`, `answers`, `source_title` (A),
+        `answer_target` (B), in entry order) and `masked_sentences` (`list[dict]`: `text`, `salient_spans`
+        (`[[start, end]]` of the cross-reference), `source_title`, `answer_target`).
+    """
+    cut = [truncate_entry(entry, max_entry_chars) for entry in entries]
+    pairs = make_link_questions(
+        cut,
+        max_per_entry=None,
+        seed=seed,
+        max_answer_words=max_answer_words,
+        min_sentence_words=min_sentence_words,
+        max_sentence_words=max_sentence_words,
+        only_resolved_links=True,
+        template="{cloze}",
+    )
+    titles = {entry["title"] for entry in cut}
+    # FOLDOC repeats some sentences across entries ("Informal name for one of the four standard references on
+    # PostScript."): such a question would find its own sentence in another entry.
+    sentence_entries: dict[str, set[str]] = {}
+    for entry in cut:
+        for start, end in split_sentences(entry["text"]):
+            sentence_entries.setdefault(entry["text"][start:end], set()).add(entry["title"])
+    text_of = {entry["title"]: entry["text"] for entry in cut}
+    by_source: dict[str, list[dict]] = {}
+    for pair in pairs:
+        target = pair["answer_target"]
+        if target is None or target == pair["source_title"] or target not in titles:
+            continue
+        hint = pair["source_block_hint"]
+        sentence = text_of[pair["source_title"]][hint["sentence_start"] : hint["sentence_end"]]
+        if len(sentence_entries.get(sentence, ())) > 1:
+            continue
+        answers = list(pair["answers"])
+        if normalize_answer(target) not in {normalize_answer(a) for a in answers}:
+            answers.append(target)
+        # The question must not name the answer, in either of its forms.
+        if has_answer(pair["question"], answers):
+            continue
+        by_source.setdefault(pair["source_title"], []).append(dict(pair, answers=answers))
+
+    rng = random.Random(seed)
+    sources = sorted(by_source)
+    rng.shuffle(sources)
+    if num_questions is not None:
+        sources = sources[:num_questions]
+    chosen = {title: rng.choice(by_source[title]) for title in sources}
+
+    removed: dict[str, list[tuple[int, int]]] = {}
+    for title, pair in chosen.items():
+        hint = pair["source_block_hint"]
+        removed.setdefault(title, []).append((hint["sentence_start"], hint["sentence_end"]))
+    documents = []
+    for entry in cut:
+        text = entry["text"]
+        spans = removed.get(entry["title"], [])
+        for start, end in sorted(spans, reverse=True):
+            text = text[:start] + text[end:]
+        # Removal leaves doubled spaces and empty lines behind.
+        text = "\n".join(" ".join(line.split()) for line in text.split("\n") if line.strip())
+        if not text:
+            continue
+        documents.append(
+            {
+                "title": entry["title"],
+                "text": f"{entry['title']}: {text}" if headword_in_text else text,
+                "doc_id": entry["title"],
+            }
+        )
+    in_corpus = {document["title"] for document in documents}
+    order = {entry["title"]: i for i, entry in enumerate(cut)}
+    questions = [
+        {
+            "id": pair["id"],
+            "question": pair["question"],
+            "answers": pair["answers"],
+            "source_title": pair["source_title"],
+            "answer_target": pair["answer_target"],
+        }
+        for title in sorted(chosen, key=order.__getitem__)
+        for pair in [chosen[title]]
+        if pair["answer_target"] in in_corpus
+    ]
+    question_sentences = {(title, start) for title, spans in removed.items() for start, _ in spans}
+    masked = []
+    for title, candidates in by_source.items():
+        for pair in candidates:
+            if (title, pair["source_block_hint"]["sentence_start"]) in question_sentences:
+                continue
+            cloze, term = pair["question"], pair["answers"][0]
+            at = cloze.index(BLANK)
+            masked.append(
+                {
+                    "text": cloze[:at] + term + cloze[at + len(BLANK) :],
+                    "salient_spans": [[at, at + len(term)]],
+                    "source_title": title,
+                    "answer_target": pair["answer_target"],
+                }
+            )
+    return {"documents": documents, "questions": questions, "masked_sentences": masked}
