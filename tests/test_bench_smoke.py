@@ -94,3 +94,56 @@ def test_qa_bench_matches_legacy(tmp_path, capsys):
     args += ["--threads", "1"]
     assert qa.main(args + ["--legacy-python", legacy_python]) == 0
     assert "12/12" in capsys.readouterr().out
+
+
+def test_train_memory_bench_quick_runs(tmp_path, capsys):
+    train_memory = load_script("train_memory")
+    out = tmp_path / "train_memory.json"
+    assert train_memory.main(["--quick", "--threads", "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| peak unbounded / bounded" in printed and "cores" in printed
+    results = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
+    # --quick: batch 2, searcher beam 8, reader beam 2 (the bounded m); unbounded re-embeds the whole beam.
+    assert results["bounded"]["blocks_with_gradient"] == 2 * 2
+    assert results["unbounded"]["blocks_with_gradient"] == 2 * 8
+    assert all(r["peak_gb"] >= r["before_step_gb"] > 0 for r in results.values())
+    # The skip rule's estimate: the bounded peak plus the extra blocks at the measured cost per block.
+    rows = [
+        {"beam": 50, "mode": "bounded", "batch": 8, "k": 50, "blocks_with_gradient": 40, "peak_gb": 3.0},
+        {"beam": 50, "mode": "unbounded", "batch": 8, "k": 50, "blocks_with_gradient": 400, "peak_gb": 9.0},
+    ]
+    larger = {"beam": 200, "mode": "bounded", "batch": 8, "k": 200, "blocks_with_gradient": 40, "peak_gb": 3.1}
+    assert train_memory.predict_unbounded_gb(rows, larger) == pytest.approx(3.1 + 6.0 / 360 * 8 * 195)
+
+
+def test_learning_bench_quick_runs_every_claim(tmp_path, capsys):
+    """bench/learning_foldoc.py end to end on a tiny BERT and a slice of the shipped FOLDOC extract."""
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 160
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    learning = load_script("learning_foldoc")
+    out = tmp_path / "learning.json"
+    args = ["--quick", "--bert", str(bert), "--foldoc", "extract", "--entries", "300", "--freeze-layers", "1"]
+    args += ["--embed-dtype", "fp32", "--output", str(tmp_path / "scratch"), "--json", str(out)]
+    assert learning.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| claim" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert {row["claim"][0] for row in rows} == {"1", "2", "3", "4", "5"}
+    assert all(0.0 <= row["after"] <= 1.0 and 0.0 <= row["baseline_value"] <= 1.0 for row in rows)
+
+
+def test_learning_bench_noise_rule():
+    learning = load_script("learning_foldoc")
+    # 300 questions: 0.30 vs 0.25 is under two standard errors of the difference (~0.073), 0.30 vs 0.15 is not.
+    assert learning.within_noise(0.30, 0.25, 300)
+    assert not learning.within_noise(0.30, 0.15, 300)
+    assert learning.within_noise(0.5, 0.5, 10)
