@@ -50,6 +50,8 @@ import warnings
 
 import torch
 
+from realm_hf.training.optimization import freeze_lower_layers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
@@ -197,14 +199,6 @@ def seeded(args, seed: int, **changes):
     return run_args
 
 
-def freeze_lower_layers(encoders, num_layers: int) -> None:
-    """Train only the upper layers and heads: halves a CPU step and is what lets a corpus refresh fit the budget."""
-    for encoder in encoders:
-        encoder.embeddings.requires_grad_(False)
-        for layer in encoder.encoder.layer[:num_layers]:
-            layer.requires_grad_(False)
-
-
 def openqa_model(args, bert: str, seed: int):
     from transformers import set_seed
 
@@ -224,8 +218,8 @@ def openqa_model(args, bert: str, seed: int):
         max_span_width=10,
     )
     model.add_document_embedder()
-    freeze_lower_layers((model.embedder.realm, model.document_embedder.realm, model.reader.realm), args.freeze_layers)
-    return model
+    # Only the upper layers and heads train: halves a CPU step, and lets a corpus refresh fit the budget.
+    return freeze_lower_layers(model, args.freeze_layers)
 
 
 def zero_shot_recall(query_embedder, retriever, tokenizer, questions: list[dict], k: int = 5) -> float:
@@ -344,7 +338,7 @@ def mlm_warmup(args, ctx, seed: int) -> str:
 
     set_seed(seed)
     model = BertForMaskedLM.from_pretrained(ctx["bert"])
-    freeze_lower_layers([model.bert], args.freeze_layers)
+    freeze_lower_layers(model, args.freeze_layers)
     tokenizer = ctx["tokenizer"]
     texts = ctx["blocks"]["text"]
     order = random.Random(seed).sample(range(len(texts)), min(len(texts), args.mlm_steps * args.mlm_batch_size))
@@ -394,10 +388,7 @@ def pretraining_model(args, ctx, state, num_candidates: int):
     overrides = dict(recipe.config_overrides(args), num_candidates=num_candidates)
     model = RealmForPreTraining(realm_config_from_bert(ctx["bert"], **overrides))
     model.load_state_dict(state)
-    freeze_lower_layers(
-        {id(m): m for m in (model.embedder.realm, model.query_embedder.realm, model.encoder.realm)}.values(),
-        args.freeze_layers,
-    )
+    freeze_lower_layers(model, args.freeze_layers)
     model.set_retriever(ctx["retriever"])
     return model
 

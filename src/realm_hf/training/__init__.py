@@ -4,7 +4,7 @@ from .callbacks import RealmReindexCallback
 from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask
 from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
-from .optimization import two_rate_adamw
+from .optimization import freeze_lower_layers, two_rate_adamw
 
 __all__ = [
     "DataCollatorForInverseClozeTask",
@@ -14,5 +14,6 @@ __all__ = [
     "RealmOpenQATrainer",
     "RealmReindexCallback",
     "evaluate_openqa",
+    "freeze_lower_layers",
     "two_rate_adamw",
 ]

@@ -35,3 +35,31 @@ def two_rate_adamw(
         [{"params": fast, "lr": learning_rate}, {"params": others, "lr": learning_rate * other_lr_ratio}],
         weight_decay=weight_decay,
     )
+
+
+def freeze_lower_layers(model: nn.Module, num_layers: int) -> nn.Module:
+    """
+    Freeze the embeddings and the bottom `num_layers` transformer layers of every BERT encoder inside `model` (the
+    question and document embedders, the reader, the knowledge-augmented encoder), leaving the upper layers and the
+    heads trainable.
+
+    On a CPU this is what makes REALM training affordable: no backward pass through the bottom of each encoder
+    (about half a step's cost with 4 of 6 layers frozen), at little cost in accuracy for a short run.
+
+    Args:
+        model (`nn.Module`): A REALM model (or any module holding `BertModel`s).
+        num_layers (`int`): Bottom layers to freeze in each encoder (0 freezes only the embeddings).
+
+    Returns:
+        `nn.Module`: `model`.
+    """
+    from transformers import BertModel
+
+    if num_layers < 0:
+        raise ValueError(f"`num_layers` must be >= 0, got {num_layers}.")
+    for module in model.modules():
+        if isinstance(module, BertModel):
+            module.embeddings.requires_grad_(False)
+            for layer in module.encoder.layer[:num_layers]:
+                layer.requires_grad_(False)
+    return model
