@@ -57,6 +57,13 @@ class RealmConfig(PreTrainedConfig):
         searcher_beam_size (`int`, *optional*, defaults to 5000):
             Number of blocks retrieved per question during training, for the retriever's marginal loss. At
             inference `reader_beam_size` blocks are retrieved.
+        document_gradient_beam_size (`int`, *optional*):
+            [`RealmForOpenQA`] with a trainable document embedder only: how many of the top blocks of each question's
+            searcher beam are re-embedded with gradient while training. The rest of the beam is scored with the
+            index's stored (detached) embeddings, so that the memory of a training step does not grow with
+            `searcher_beam_size` (REALM back-propagates into the document embedder through 8 candidates in
+            pre-training). Defaults to `reader_beam_size`; a value of at least `searcher_beam_size` re-embeds the
+            whole beam, and `0` none (the loss then does not reach the document embedder).
 
     Example:
 
@@ -128,6 +135,18 @@ class RealmConfig(PreTrainedConfig):
         # Retrieval config
         self.num_block_records = num_block_records
         self.searcher_beam_size = searcher_beam_size
+        # Not a constructor argument of the legacy config: read from kwargs so positional callers keep their order.
+        document_gradient_beam_size = kwargs.pop("document_gradient_beam_size", None)
+        if document_gradient_beam_size is not None and (
+            isinstance(document_gradient_beam_size, bool)
+            or not isinstance(document_gradient_beam_size, int)
+            or document_gradient_beam_size < 0
+        ):
+            raise ValueError(
+                "`document_gradient_beam_size` must be None (= `reader_beam_size`) or an integer >= 0, got "
+                f"{document_gradient_beam_size!r}."
+            )
+        self.document_gradient_beam_size = document_gradient_beam_size
 
         # Fields transformers 5's BERT blocks read; the base config no longer carries them. REALM's encoders are
         # always bidirectional encoders without cross-attention or a KV cache.

@@ -846,6 +846,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
     }
     # The legacy port kept the whole corpus embedding matrix as a model buffer; it now belongs to the retriever.
     _keys_to_ignore_on_load_unexpected = [r"position_ids", r"^block_emb$"]
+    # Blocks per document-embedder call when retrieved blocks are re-embedded with gradient (end-to-end training):
+    # caps the size of one call's activations; an attribute, not a config field, as results change only by rounding.
+    document_embedding_chunk_size = 64
 
     def __init__(self, config: RealmConfig, retriever=None):
         super().__init__(config)
@@ -864,9 +867,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
         Give the model its own document embedder, for end-to-end retriever training.
 
         By default REALM fine-tuning keeps the document embedder frozen: the index holds precomputed block
-        embeddings and only the question embedder and reader train. With a document embedder, the retrieved blocks
-        are re-embedded in the forward pass while training (so the retrieval loss reaches the document side too) and
-        [`RealmReindexCallback`] refreshes the index with its weights.
+        embeddings and only the question embedder and reader train. With a document embedder, the top
+        `config.document_gradient_beam_size` retrieved blocks of each question (default: the reader beam) are
+        re-embedded in the forward pass while training, so the retrieval loss reaches the document side too; the
+        rest of the searcher beam is scored with the index's stored embeddings. [`RealmReindexCallback`] refreshes
+        the index with its weights.
 
         Args:
             embedder ([`RealmEmbedder`], *optional*):
@@ -896,7 +901,13 @@ class RealmForOpenQA(RealmPreTrainedModel):
         )
 
     def _embed_blocks(self, tokenizer, blocks: list[list[dict]]) -> torch.Tensor:
-        """Embed retrieved blocks with the live document embedder (with gradient): `[batch, k, proj]`."""
+        """
+        Embed retrieved blocks with the live document embedder (with gradient): `[batch, n, proj]` for `n` blocks
+        per question. One tokenization for all of them (as the index was embedded), then the embedder runs over
+        `document_embedding_chunk_size` blocks at a time: that caps the transient memory of one call (attention
+        scores, feed-forward activations); what backward keeps still grows with the number of blocks, which
+        `config.document_gradient_beam_size` bounds.
+        """
         flat = [block for row in blocks for block in row]
         encoded = tokenizer(
             [block.get("title") or "" for block in flat],
@@ -908,8 +919,45 @@ class RealmForOpenQA(RealmPreTrainedModel):
             or min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512),
             return_tensors="pt",
         ).to(self.document_embedder.device)
-        embeddings = self.document_embedder(**encoded, return_dict=True).projected_score
+        chunk = max(1, int(self.document_embedding_chunk_size))
+        embeddings = torch.cat(
+            [
+                self.document_embedder(
+                    **{key: value[start : start + chunk] for key, value in encoded.items()}, return_dict=True
+                ).projected_score
+                for start in range(0, len(flat), chunk)
+            ]
+        )
         return embeddings.view(len(blocks), len(blocks[0]), -1)
+
+    def _document_gradient_beam_size(self, k: int) -> int:
+        """
+        Blocks per question re-embedded with gradient while the document embedder trains:
+        `config.document_gradient_beam_size` (default `config.reader_beam_size`), at most `k` (the searcher beam).
+        """
+        m = getattr(self.config, "document_gradient_beam_size", None)
+        m = self.config.reader_beam_size if m is None else int(m)
+        return max(0, min(m, k))
+
+    def _training_block_embeddings(self, retriever, tokenizer, search, question_projection) -> torch.Tensor:
+        """
+        Block embeddings `[batch, k, proj]` for the relevance scores while the document embedder trains: fresh ones
+        (with gradient) for the first `document_gradient_beam_size` blocks of each question's beam, the index's
+        stored ones (no gradient) for the rest.
+        """
+        k = search.block_ids.shape[1]
+        m = self._document_gradient_beam_size(k)
+        device = question_projection.device
+        fresh = self._embed_blocks(tokenizer, [row[:m] for row in search.blocks]).to(device) if m else None
+        if fresh is not None and m == k:
+            return fresh
+        # The top blocks carry the gradient into the document side (REALM's pre-training back-propagates through 8
+        # candidates); the stored vectors still give the rest of the beam its place in the retrieval marginal,
+        # without activations kept for backward.
+        stored = retriever.get_block_embeddings(search.block_ids[:, m:]).to(
+            device, fresh.dtype if fresh is not None else question_projection.dtype
+        )
+        return stored if fresh is None else torch.cat([fresh, stored], dim=1)
 
     @property
     def searcher_beam_size(self) -> int:
@@ -1045,8 +1093,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
         search = retriever.search(question_projection.detach(), k)
         block_ids = search.block_ids
         if self._trains_document_embedder():
-            # End-to-end: fresh block embeddings, so the retrieval loss also trains the document embedder.
-            block_emb = self._embed_blocks(tokenizer, search.blocks).to(question_projection.device)
+            # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
+            # embedder; stored ones for the rest of the beam (memory bounded by `document_gradient_beam_size`).
+            block_emb = self._training_block_embeddings(retriever, tokenizer, search, question_projection)
         else:
             # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
             # einsum did.
