@@ -79,6 +79,9 @@ def parse_args(argv=None):
     parser.add_argument("--eval-questions", type=int, default=300)
     parser.add_argument("--freeze-layers", type=int, default=4, help="Bottom encoder layers kept frozen (of 6).")
     parser.add_argument("--embed-dtype", default="bf16", help="Autocast dtype for corpus embedding (bf16 or fp32).")
+    parser.add_argument(
+        "--train-dtype", default="bf16", help="bf16: train under bf16 autocast (about 1.6x faster here), or fp32."
+    )
     # Open-QA fine-tuning
     parser.add_argument("--qa-steps", type=int, default=300)
     parser.add_argument("--qa-batch-size", type=int, default=8)
@@ -110,6 +113,7 @@ def parse_args(argv=None):
         "--budget-minutes", type=float, default=45.0, help="Second-seed reruns only while the run fits in this."
     )
     parser.add_argument("--only", default="qa,pretrain", help="Stages to run: qa, pretrain or both.")
+    parser.add_argument("--qa-settings", default=",".join(QA_SETTINGS), help="Open-QA runs (default: all four).")
     parser.add_argument("--json", default=None, help="Write every number to this file.")
     parser.add_argument("--output", default=None, help="Scratch directory (default: a temporary one).")
     args = parser.parse_args(argv)
@@ -289,6 +293,7 @@ def run_openqa(setting: str, args, ctx, seed: int) -> dict:
         seed=seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        bf16=args.train_dtype == "bf16",
     )
     # The reader's span scorer starts from scratch and needs a high rate; the embedders already embed.
     optimizer = two_rate_adamw(model, model.reader, args.reader_lr, args.embedder_lr_ratio)
@@ -347,7 +352,9 @@ def mlm_warmup(args, ctx, seed: int) -> str:
     out = os.path.join(ctx["scratch"], f"mlm-warmup-{seed}")
     trainer = Trainer(
         model=model,
-        args=recipe.training_arguments(out, args.mlm_steps, args.mlm_batch_size, args.mlm_lr, seed),
+        args=recipe.training_arguments(
+            out, args.mlm_steps, args.mlm_batch_size, args.mlm_lr, seed, bf16=args.train_dtype == "bf16"
+        ),
         train_dataset=features,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=seed),
     )
@@ -393,13 +400,14 @@ def pretraining_model(args, ctx, state, num_candidates: int):
     return model
 
 
-def evaluate_pretraining(model, args, ctx, seed: int) -> dict:
+def evaluate_pretraining(model, args, ctx, seed: int, reembed: bool = True) -> dict:
     """Masked-span accuracy on the held-out sentences (marginal over retrieval and null document only) and
     zero-shot Open-QA recall@5, each with an index embedded by the model's own document embedder."""
     import pretrain_foldoc
 
     retriever = ctx["retriever"]
-    retriever.embed_corpus(model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
+    if reembed:
+        retriever.embed_corpus(model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
     metrics = pretrain_foldoc.evaluate(model, ctx["tokenizer"], ctx["pt_eval"], seeded(args, seed))
     metrics["zero_shot_recall@5"] = zero_shot_recall(
         model.query_embedder, retriever, ctx["tokenizer"], ctx["held_out"]
@@ -460,6 +468,7 @@ def run_pretraining(setting: str, args, ctx, seed: int) -> dict:
             args.realm_batch_size,
             args.learning_rate,
             seed,
+            bf16=args.train_dtype == "bf16",
         ),
         train_dataset=features,
         data_collator=collator,
@@ -468,7 +477,8 @@ def run_pretraining(setting: str, args, ctx, seed: int) -> dict:
     for callback in callbacks:
         callback.attach(trainer)
     result = trainer.train()
-    metrics = evaluate_pretraining(model, args, ctx, seed)
+    # Without retrieval no gradient reaches the embedders: the start's index is still the model's.
+    metrics = evaluate_pretraining(model, args, ctx, seed, reembed=setting != "null_only")
     metrics["refreshes"] = callbacks[0].refresh_count if callbacks else 0
     metrics["train_loss"] = result.training_loss
     metrics["seconds"] = time.perf_counter() - t
@@ -480,7 +490,7 @@ def pretraining_before(args, ctx, seed: int) -> dict:
     state, index = ctx["pt_start"][seed]
     ctx["retriever"].swap_index_state(index)
     model = pretraining_model(args, ctx, state, args.num_candidates)
-    metrics = evaluate_pretraining(model, args, ctx, seed)
+    metrics = evaluate_pretraining(model, args, ctx, seed, reembed=False)  # the start's index is its own
     log(f"pre-training start (seed {seed}): {json.dumps({k: round(v, 4) for k, v in metrics.items()})}")
     return metrics
 
@@ -500,9 +510,9 @@ def within_noise(a: float, b: float, n: int) -> bool:
 def claim_rows(results: dict, seed: int, n_qa: int, n_pt: int) -> list[dict]:
     """The five claims as table rows from one seed's results (missing stages give no rows)."""
     rows = []
-    qa = results.get("qa", {}).get(seed)
-    if qa:
-        start, e2e = qa["start"], qa["end_to_end"]
+    qa = results.get("qa", {}).get(seed) or {}
+    start, e2e = qa.get("start"), qa.get("end_to_end")
+    if start and e2e:
         rows.append(
             dict(
                 claim="1. Open-QA fine-tuning improves retrieval",
@@ -525,11 +535,22 @@ def claim_rows(results: dict, seed: int, n_qa: int, n_pt: int) -> list[dict]:
                 n=n_qa,
             )
         )
-        for other, label in (("query_side", "query side only"), ("reader_only", "frozen retriever (reader only)")):
+        comparisons = [
+            ("2. end to end vs query side only", "query_side", "query side only"),
+            ("2. end to end vs frozen retriever", "reader_only", "frozen retriever (reader only)"),
+            (
+                f"4. fresh index vs {results['stale_factor']}x staler",
+                "end_to_end_stale",
+                f"refresh every {results['stale_refresh']} steps",
+            ),
+        ]
+        for claim, other, label in comparisons:
+            if other not in qa:
+                continue
             for metric, key, scale in (("recall@5", "recall@5", 1), ("EM", "exact_match", 100)):
                 rows.append(
                     dict(
-                        claim="2. end to end vs " + label,
+                        claim=claim,
                         metric=metric,
                         before=start[key] / scale,
                         after=e2e[key] / scale,
@@ -538,18 +559,6 @@ def claim_rows(results: dict, seed: int, n_qa: int, n_pt: int) -> list[dict]:
                         n=n_qa,
                     )
                 )
-        for metric, key, scale in (("recall@5", "recall@5", 1), ("EM", "exact_match", 100)):
-            rows.append(
-                dict(
-                    claim=f"4. fresh index vs {results['stale_factor']}x staler",
-                    metric=metric,
-                    before=start[key] / scale,
-                    after=e2e[key] / scale,
-                    baseline=f"refresh every {results['stale_refresh']} steps",
-                    baseline_value=qa["end_to_end_stale"][key] / scale,
-                    n=n_qa,
-                )
-            )
     pt = results.get("pretrain", {}).get(seed)
     if pt:
         rows.append(
@@ -614,7 +623,7 @@ def run_seed(seed: int, stages: set[str], args, ctx, results: dict, claims: set[
     """Run the stages (or, with `claims`, only what those claims need) for one seed."""
     if "qa" in stages and (claims is None or claims & {"1", "2", "4"}):
         qa = {"start": openqa_start(args, ctx, seed)}
-        for setting in QA_SETTINGS:
+        for setting in args.qa_settings.split(","):
             if claims is not None and setting == "end_to_end_stale" and "4" not in claims:
                 continue
             if claims is not None and setting in ("reader_only", "query_side") and "2" not in claims:

@@ -221,6 +221,26 @@ def test_gradients_reach_both_embedders_and_encoder(tokenizer):
     assert model.embedder.cls.dense.weight.grad.abs().sum() > 0
 
 
+def test_forward_and_backward_under_bf16_autocast(model_and_batch):
+    # Trainer(bf16=True) on a CPU runs the forward pass under bf16 autocast: the half-precision relevance scores
+    # used to meet an fp32 score table (index_put dtype mismatch).
+    model, batch = model_and_batch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**batch)
+    assert out.relevance_score.dtype == torch.float32
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert model.embedder.cls.dense.weight.grad.abs().sum() > 0
+    # The same scores as without autocast, to bf16 precision (eval mode: no dropout).
+    model.eval()
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(**batch)
+        reference = model(**batch)
+    assert torch.equal(low.retrieved_block_ids, reference.retrieved_block_ids)
+    assert torch.allclose(low.relevance_score, reference.relevance_score, atol=0.1, rtol=0.05)
+
+
 def test_marginal_loss_matches_hand_computation(model_and_batch, tokenizer):
     model, batch = model_and_batch
     # Two masked words in the first example, one in the second: the per-token marginal, averaged over all three.

@@ -396,8 +396,12 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             (`title [SEP] text`, without `[CLS]` and the final `[SEP]`).
         """
         batch_size, num_blocks = block_ids.shape
-        dtype = query_embeddings.dtype
-        relevance = torch.full((batch_size, num_blocks), torch.finfo(dtype).min, device=query_embeddings.device)
+        # Scores in at least fp32: under bf16/fp16 autocast the embeddings are half precision, and the retrieval
+        # softmax over them (and the index_put below) needs one dtype that keeps their differences.
+        dtype = torch.promote_types(query_embeddings.dtype, torch.float32)
+        relevance = torch.full(
+            (batch_size, num_blocks), torch.finfo(dtype).min, dtype=dtype, device=query_embeddings.device
+        )
         token_ids = [[[] for _ in range(num_blocks)] for _ in range(batch_size)]
         valid = (block_ids >= 0).nonzero().tolist()
         if not valid:
@@ -420,7 +424,7 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         ).projected_score
         rows = torch.tensor([b for b, _ in valid], device=query_embeddings.device)
         cols = torch.tensor([j for _, j in valid], device=query_embeddings.device)
-        scores = (query_embeddings[rows] * document_embeddings.to(query_embeddings.device, dtype)).sum(-1)
+        scores = (query_embeddings[rows].to(dtype) * document_embeddings.to(query_embeddings.device, dtype)).sum(-1)
         relevance = relevance.index_put((rows, cols), scores)
         return relevance, token_ids
 
