@@ -30,6 +30,7 @@ import sys
 import time
 
 import datasets
+import torch
 
 
 def log(message: str) -> None:
@@ -49,9 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--train-steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument(
-        "--embedder-lr-ratio", type=float, default=0.5, help="Embedders' LR relative to the reader's."
-    )
+    parser.add_argument("--embedder-lr-ratio", type=float, default=0.5, help="Embedders' LR relative to the reader's.")
     parser.add_argument(
         "--document-embedder",
         choices=("frozen", "trained"),
@@ -66,6 +65,14 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="Rebuild and retrain even if a saved model exists.")
     return parser.parse_args(argv)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively here (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slower."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def build(args, minilm_dir: str, model_dir: str) -> dict:
@@ -116,6 +123,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     if args.document_embedder == "frozen":
         model.freeze_document_embedder()
     freeze_lower_layers(model, args.freeze_layers)
+    bf16 = cpu_has_fast_bf16()  # about 1.6x faster for both embedding and training on such CPUs
     log("Embedding the corpus and building the FAISS index (exact inner product) ...")
     retriever = RealmRetriever.from_documents(
         documents,
@@ -124,7 +132,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
         max_block_length=args.max_block_length,
         index="Flat",
         batch_size=64,
-        dtype="bf16",  # autocast where the CPU has it (about 1.7x faster here), fp32 otherwise
+        dtype="bf16" if bf16 else None,
     )
     model.set_retriever(retriever)
     log(f"Index: {len(retriever)} blocks, dim {retriever.embedding_dim} ({time.perf_counter() - t0:.0f}s so far)")
@@ -142,7 +150,11 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
         # Inline: two cores have none to spare for a background refresh, and inline runs are reproducible.
         callbacks.append(
             RealmReindexCallback(
-                retriever, refresh_steps=args.refresh_steps, background=False, batch_size=64, dtype="bf16"
+                retriever,
+                refresh_steps=args.refresh_steps,
+                background=False,
+                batch_size=64,
+                dtype="bf16" if bf16 else None,
             )
         )
     training_args = TrainingArguments(
@@ -158,6 +170,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
         use_cpu=True,
         seed=args.seed,
         dataloader_num_workers=0,
+        bf16=bf16,
     )
     # The reader's span head starts from scratch and needs a high learning rate; the embedders start from MiniLM's
     # working token representations, which a high rate on a small batch would scramble.
@@ -216,6 +229,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
             "document embedder": "trained end to end" if callbacks else "frozen (index built once)",
             "frozen encoder layers": args.freeze_layers,
             "searcher beam": args.searcher_beam,
+            "precision": "bf16 autocast" if bf16 else "fp32",
             **(
                 {"index refresh": f"every {args.refresh_steps} steps (RealmReindexCallback, inline)"}
                 if callbacks
