@@ -104,6 +104,31 @@ def test_loss_decreases_with_trainer(tmp_path):
     assert after < 0.8 * before, (before, after)
 
 
+@pytest.mark.parametrize("train_document_embedder", [False, True])
+def test_logits_stay_fp32_under_bf16_autocast(train_document_embedder):
+    # Trainer(bf16=True) on a CPU: the retrieval and span logits must not be rounded to bf16 (about 3 significant
+    # digits), or the softmax over the searcher beam and the span marginal lose the differences they learn from.
+    model = make_model(train_document_embedder)
+    model.train()
+    collator = DataCollatorForOpenQA(model.retriever.tokenizer)
+    batch = collator(QUESTIONS[:2])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**batch)
+    assert out.retrieved_scores.dtype == torch.float32
+    assert out.reader_output.reader_logits.dtype == torch.float32
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert model.embedder.cls.dense.weight.grad.abs().sum() > 0
+    # The same block scores as in fp32, to bf16 input precision (near ties may swap places in the beam).
+    with torch.no_grad():
+        reference = model(**batch)
+    for b in range(2):
+        low = dict(zip(out.retrieved_block_ids[b].tolist(), out.retrieved_scores[b].tolist()))
+        high = dict(zip(reference.retrieved_block_ids[b].tolist(), reference.retrieved_scores[b].tolist()))
+        assert set(low) == set(high)
+        assert all(abs(low[i] - high[i]) <= 0.05 + 0.02 * abs(high[i]) for i in high)
+
+
 def test_trainer_does_not_rescale_our_mean_losses(tmp_path):
     # With `**kwargs` in forward, Trainer would assume a summed loss and multiply it by the number of processes.
     trainer = RealmOpenQATrainer(model=make_model(), args=training_args(tmp_path))

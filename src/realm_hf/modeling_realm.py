@@ -755,7 +755,12 @@ class RealmReader(RealmPreTrainedModel):
         num_candidates = candidate_starts.shape[0]
         # [batch, reader_beam, num_candidates]: span score + retrieval score of its block.
         reader_logits = reader_logits.view(batch_size, reader_beam_size, num_candidates)
-        reader_logits = reader_logits + relevance_score[:, :reader_beam_size].unsqueeze(-1).to(reader_logits.dtype)
+        # Span and retrieval logits in at least fp32, also under bf16/fp16 autocast: the marginals over spans and
+        # blocks compare logits that differ by less than half precision resolves.
+        logit_dtype = torch.promote_types(reader_logits.dtype, torch.float32)
+        reader_logits = reader_logits.to(logit_dtype) + relevance_score[:, :reader_beam_size].unsqueeze(-1).to(
+            logit_dtype
+        )
 
         flat_best = reader_logits.reshape(batch_size, -1).argmax(-1)
         predicted_block_index = torch.div(flat_best, num_candidates, rounding_mode="floor")
@@ -1099,10 +1104,14 @@ class RealmForOpenQA(RealmPreTrainedModel):
         else:
             # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
             # einsum did.
-            block_emb = retriever.get_block_embeddings(block_ids).to(
-                question_projection.device, question_projection.dtype
+            block_emb = retriever.get_block_embeddings(block_ids).to(question_projection.device)
+        # Retrieval logits in at least fp32, also under autocast: the softmax over the searcher beam needs their small
+        # differences (bf16 keeps about 3 significant digits).
+        score_dtype = torch.promote_types(question_projection.dtype, torch.float32)
+        with torch.autocast(question_projection.device.type, enabled=False):
+            relevance_score = torch.einsum(
+                "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
             )
-        relevance_score = torch.einsum("bd,bkd->bk", question_projection, block_emb)
 
         reader_inputs = build_reader_inputs(
             tokenizer,
