@@ -1,0 +1,1246 @@
+"""[`RealmRetriever`]: REALM's knowledge corpus, searched by maximum inner product."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import datasets
+import faiss
+import numpy as np
+import pyarrow as pa
+import torch
+from transformers.utils import ModelOutput
+
+from .. import faiss_utils
+from ..constants import (
+    ALLOW_PICKLE_ENV,
+    CORPUS_DIR,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    LEGACY_BLOCK_EMB_KEY,
+    LEGACY_BLOCK_RECORDS,
+    MANIFEST_NAME,
+    TOKENIZER_DIR,
+)
+from .chunking import split_documents
+from .corpus import _check_corpus_columns, _embedding_column, _make_corpus
+from .encoding import _embedder_dim, embed_blocks, fingerprint_module
+from .index import _build_index_from_matrix
+from .legacy import _decode_legacy_records, load_legacy_block_emb
+from .serialization import (
+    _REBUILD_HINT,
+    _load_corpus,
+    _load_tokenizer,
+    _read_manifest,
+    _realm_hf_version,
+    _resolve_pretrained_path,
+    _save_parquet_shards,
+    _swap_into_place,
+    _try_load_tokenizer,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RealmSearchOutput(ModelOutput):
+    """
+    Output of [`RealmRetriever.search`].
+
+    Args:
+        block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
+            Corpus ids of the retrieved blocks, best first. `-1` where an approximate index found fewer than `k`
+            blocks (raise `nprobe`/`efSearch`).
+        scores (`torch.FloatTensor` of shape `(batch_size, k)`):
+            Inner products question · block, descending (`-inf` for missing results). For compressed indexes
+            (PQ, SQ) the candidates are re-scored with the stored float32 block embeddings, so the scores are
+            always exact inner products, the numbers the model's own einsum reproduces.
+        blocks (`list[list[dict]]`):
+            For each question, the `k` blocks as dicts with `block_id`, `title`, `text`, `score` and the corpus's
+            metadata columns (e.g. `doc_id`).
+    """
+
+    block_ids: torch.LongTensor | None = None
+    scores: torch.FloatTensor | None = None
+    blocks: list[list[dict]] | None = None
+
+
+@dataclass
+class RealmIndexState:
+    """
+    Corpus embeddings and index built off the live retriever ([`RealmRetriever.build_index_state`]), installed
+    atomically with [`RealmRetriever.swap_index_state`] (how the re-index callback refreshes during training).
+    """
+
+    block_ids: np.ndarray
+    corpus: datasets.Dataset
+    index: faiss.Index
+    index_type: str
+    embedder_fingerprint: str | None = None
+
+
+class RealmRetriever:
+    r"""
+    The knowledge corpus of REALM: text blocks in a `datasets.Dataset`, a FAISS maximum-inner-product index over
+    their embeddings, and the tokenizer the blocks were split with.
+
+    `RealmForOpenQA` calls [`~RealmRetriever.search`] with a batch of question embeddings, then
+    [`~RealmRetriever.get_block_embeddings`] to re-score the retrieved blocks with gradients and
+    [`~RealmRetriever.get_block_texts`] to build reader inputs.
+
+    Build one with [`~RealmRetriever.from_documents`], [`~RealmRetriever.from_embeddings`] or
+    [`~RealmRetriever.from_legacy`]; save and load it with [`~RealmRetriever.save_pretrained`] /
+    [`~RealmRetriever.from_pretrained`]; change the knowledge with [`~RealmRetriever.add_documents`] /
+    [`~RealmRetriever.remove_documents`] (no retraining needed).
+
+    Args:
+        corpus (`datasets.Dataset`):
+            One row per block: `block_id` (int64, unique, stable), `title`, `text`, optional metadata (`doc_id`,
+            `source`, ...) and `embeddings` (float32, dimension `D`) the index was built from.
+        index (`faiss.Index`):
+            Inner-product index over the embeddings whose ids are the `block_id`s.
+        tokenizer (*optional*):
+            BERT WordPiece tokenizer used to split documents (and by the model to build reader inputs).
+        index_type (`str`, defaults to `"Flat"`):
+            The FAISS factory string the index was built from.
+        max_block_length (`int`, *optional*):
+            Maximum wordpieces per block (title and special tokens included) used when splitting.
+        embedder_fingerprint (`str`, *optional*):
+            [`fingerprint_module`] of the embedder that produced the embeddings.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmEmbedder, RealmTokenizer
+    >>> from realm_hf.retrieval_realm import RealmRetriever
+
+    >>> embedder = RealmEmbedder.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> documents = [{"title": "Velmora", "text": "Velmora is a volcanic island ...", "doc_id": "velmora"}]
+    >>> retriever = RealmRetriever.from_documents(documents, embedder, tokenizer, index="HNSW32")
+    >>> question = embedder(**tokenizer(["where is velmora?"], return_tensors="pt")).projected_score
+    >>> retriever.search(question, k=5, efSearch=128).blocks[0][0]["title"]
+    >>> retriever.save_pretrained("my-corpus")
+    >>> retriever = RealmRetriever.from_pretrained("my-corpus", embedder=embedder)
+    ```"""
+
+    def __init__(
+        self,
+        corpus: datasets.Dataset,
+        index: faiss.Index,
+        tokenizer=None,
+        index_type: str = "Flat",
+        max_block_length: int | None = None,
+        embedder_fingerprint: str | None = None,
+        next_block_id: int | None = None,
+    ):
+        _check_corpus_columns(corpus)
+        if len(corpus) == 0:
+            raise ValueError("The corpus is empty: a retriever needs at least one block.")
+        self.index = index
+        self.tokenizer = tokenizer
+        self.index_type = index_type
+        self.max_block_length = max_block_length
+        self.embedder_fingerprint = embedder_fingerprint
+        self._lock = threading.RLock()
+        self._gpu_resources = None
+        # Where a memory-mapped index came from (path, inode, mtime): it is re-read privately before any change.
+        self._index_source: tuple[str, int, float] | None = None
+        self._set_corpus(corpus)
+        if index.ntotal != len(corpus):
+            raise ValueError(
+                f"The index holds {index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
+            )
+        dim = corpus.features["embeddings"].length
+        if dim not in (None, -1) and dim != index.d:
+            raise ValueError(
+                f"The corpus embeddings have dimension {dim} but the index has {index.d}. {_REBUILD_HINT}"
+            )
+        max_id = int(self._sorted_ids[-1])
+        self._next_block_id = max(int(next_block_id or 0), max_id + 1)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Corpus bookkeeping
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def _set_corpus(self, corpus: datasets.Dataset) -> None:
+        self.corpus = corpus
+        ids = corpus.with_format("numpy", columns=["block_id"])[:]["block_id"].astype(np.int64)
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
+            # Corpora we build are sorted by block_id; shared ones may not be: keep an argsort to map ids to rows.
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            if np.any(sorted_ids[1:] == sorted_ids[:-1]):
+                dup = sorted_ids[1:][sorted_ids[1:] == sorted_ids[:-1]][:5].tolist()
+                raise ValueError(f"Duplicate block ids in the corpus: {dup}. Block ids must be unique.")
+            self._sorted_ids, self._sorted_rows = sorted_ids, order
+        else:
+            self._sorted_ids, self._sorted_rows = ids, None
+        self._row_ids = ids
+        self._emb_view = corpus.with_format("numpy", columns=["embeddings"])
+        self._meta_columns = [c for c in corpus.column_names if c != "embeddings"]
+        self._meta_view = corpus.select_columns(self._meta_columns)
+        self._text_view = corpus.select_columns(["text"])
+
+    def _rows(self, block_ids: np.ndarray) -> np.ndarray:
+        """Corpus rows of `block_ids` (any shape); -1 stays -1; unknown ids raise `KeyError`."""
+        flat = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        pos = np.searchsorted(self._sorted_ids, flat)
+        pos = np.minimum(pos, len(self._sorted_ids) - 1)
+        found = self._sorted_ids[pos] == flat
+        unknown = ~found & (flat != -1)
+        if unknown.any():
+            raise KeyError(f"Block ids not in the corpus: {flat[unknown][:10].tolist()}")
+        rows = self._sorted_rows[pos] if self._sorted_rows is not None else pos
+        return np.where(found, rows, -1).reshape(np.shape(block_ids))
+
+    @staticmethod
+    def _as_id_array(block_ids) -> np.ndarray:
+        if isinstance(block_ids, torch.Tensor):
+            return block_ids.detach().cpu().numpy().astype(np.int64)
+        return np.asarray(block_ids, dtype=np.int64)
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of blocks in the corpus (and vectors in the index)."""
+        return len(self.corpus)
+
+    def __len__(self) -> int:
+        return self.num_blocks
+
+    @property
+    def embedding_dim(self) -> int:
+        """Dimension of the block embeddings (the embedder's projection size, 128 for REALM)."""
+        return int(self.index.d)
+
+    @property
+    def block_ids(self) -> np.ndarray:
+        """All block ids, in corpus row order."""
+        return self._row_ids.copy()
+
+    @property
+    def next_block_id(self) -> int:
+        """The id the next added block gets (ids are never reused, even after removals)."""
+        return self._next_block_id
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_blocks={self.num_blocks}, embedding_dim={self.embedding_dim}, "
+            f"index_type={self.index_type!r}, columns={self.corpus.column_names})"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Lookup
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
+        """
+        The stored embeddings of `block_ids` (exactly the vectors the index was built from).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)`, or any shape): Block ids; `-1` gives zeros.
+
+        Returns:
+            `torch.FloatTensor` of shape `block_ids.shape + (embedding_dim,)`, on CPU.
+        """
+        ids = self._as_id_array(block_ids)
+        rows = self._rows(ids).reshape(-1)
+        out = np.zeros((len(rows), self.embedding_dim), dtype=np.float32)
+        valid = rows >= 0
+        if valid.any():
+            out[valid] = self._emb_view[rows[valid]]["embeddings"]
+        return torch.from_numpy(out.reshape(*ids.shape, self.embedding_dim))
+
+    def get_blocks(self, block_ids) -> list:
+        """
+        The blocks of `block_ids` as dicts (`block_id`, `title`, `text` and the metadata columns).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)` or `(k,)`): Block ids (`-1`: an empty block).
+
+        Returns:
+            `list[list[dict]]` for 2-D ids, `list[dict]` for 1-D ids.
+        """
+        ids = self._as_id_array(block_ids)
+        if ids.ndim not in (1, 2):
+            raise ValueError(f"block_ids must be 1-D or 2-D, got shape {ids.shape}.")
+        rows = self._rows(ids).reshape(-1)
+        valid = rows >= 0
+        fetched = self._meta_view[rows[valid].tolist()] if valid.any() else {c: [] for c in self._meta_columns}
+        empty = {c: None for c in self._meta_columns}
+        empty.update(block_id=-1, title="", text="")
+        flat, j = [], 0
+        for is_valid in valid:
+            if is_valid:
+                flat.append({c: fetched[c][j] for c in self._meta_columns})
+                j += 1
+            else:
+                flat.append(dict(empty))
+        if ids.ndim == 1:
+            return flat
+        k = ids.shape[1]
+        return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
+
+    def get_block_texts(self, block_ids) -> list:
+        """Texts of `block_ids`: `list[list[str]]` for `(batch_size, k)` ids, `list[str]` for 1-D ids."""
+        ids = self._as_id_array(block_ids)
+        rows = self._rows(ids).reshape(-1)
+        valid = rows >= 0
+        texts = self._text_view[rows[valid].tolist()]["text"] if valid.any() else []
+        it = iter(texts)
+        flat = [next(it) if v else "" for v in valid]
+        if ids.ndim == 1:
+            return flat
+        k = ids.shape[1]
+        return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Search
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def search(
+        self, question_embeddings, k: int = 5, return_blocks: bool = True, rerank_factor: int = 1, **search_params
+    ) -> RealmSearchOutput:
+        """
+        Top-`k` blocks by inner product for a batch of question embeddings, in one FAISS call.
+
+        Args:
+            question_embeddings (`torch.Tensor` or `np.ndarray` of shape `(batch_size, embedding_dim)`):
+                Question embeddings (detached and moved to CPU float32 here).
+            k (`int`, defaults to 5): Blocks per question.
+            return_blocks (`bool`, defaults to `True`): Also fetch the blocks' texts and metadata.
+            rerank_factor (`int`, defaults to 1): For compressed indexes (PQ/SQ), fetch `k * rerank_factor`
+                candidates and keep the best `k` by exact inner product with the stored embeddings (PQ recall
+                plateaus without this). Ignored by exact-code indexes (Flat, HNSW, IVF-Flat).
+            search_params: Search-time parameters for this call only, restored afterwards: `nprobe` (IVF),
+                `efSearch` (HNSW), `quantizer_efSearch` (IVF with an HNSW quantizer).
+
+        Returns:
+            [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`) and `blocks`.
+        """
+        if isinstance(question_embeddings, torch.Tensor):
+            question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
+        queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+        if queries.ndim == 1:
+            queries = queries[None]
+        if queries.ndim != 2:
+            raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+        if queries.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
+                f"of projection size {self.embedding_dim} (retriever_proj_size={self.embedding_dim}). Use the "
+                "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
+            )
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}.")
+        if k > self.num_blocks:
+            raise ValueError(
+                f"k={k} is larger than the number of blocks in the corpus ({self.num_blocks}): ask for at most "
+                f"{self.num_blocks}."
+            )
+        params = faiss_utils.normalize_search_params(search_params)
+        exact = faiss_utils.is_exact(self.index)
+        fetch = k if exact else min(self.num_blocks, k * max(1, int(rerank_factor)))
+        # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups.
+        with self._lock:
+            with (
+                faiss_utils.search_parameters(self.index, params, self.index_type),
+                faiss_utils.blas_for_batches(len(queries)),
+            ):
+                scores, ids = self.index.search(queries, fetch)
+            return self._finish_search(queries, scores, ids, k, exact, return_blocks)
+
+    def _finish_search(self, queries, scores, ids, k, exact, return_blocks) -> RealmSearchOutput:
+        ids = ids.astype(np.int64, copy=False)
+        if not exact:
+            # Compressed codes give approximate scores: re-score with the stored float32 vectors.
+            stored = self.get_block_embeddings(ids).numpy()
+            scores = np.einsum("bd,bkd->bk", queries, stored)
+            scores[ids < 0] = -np.inf
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            ids = np.take_along_axis(ids, order, axis=1)
+            scores = np.take_along_axis(scores, order, axis=1)
+        missing = ids < 0
+        if missing.any():
+            scores = np.where(missing, -np.inf, scores)
+            logger.warning(
+                "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. "
+                "Raise `nprobe` (IVF) or `efSearch` (HNSW).",
+                self.index_type,
+                k,
+                int(missing.any(axis=1).sum()),
+            )
+        scores = np.ascontiguousarray(scores, dtype=np.float32)
+        blocks = None
+        if return_blocks:
+            blocks = self.get_blocks(ids)
+            for row_blocks, row_scores in zip(blocks, scores.tolist()):
+                for block, score in zip(row_blocks, row_scores):
+                    block["score"] = score
+        return RealmSearchOutput(block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks)
+
+    def __call__(self, retrieved_block_ids, question_input_ids, answer_ids, max_length=None, return_tensors="pt"):
+        """
+        The legacy `RealmRetriever.__call__`, for code ported from transformers 4: pair one question with its
+        retrieved blocks and locate the answers in them.
+
+        Args:
+            retrieved_block_ids: Ids of the question's retrieved blocks (1-D).
+            question_input_ids: The tokenized question, shape `(1, seq_len)` (decoded, as the legacy code did).
+            answer_ids (`list[list[int]]`, *optional*): Gold answers as wordpiece ids.
+            max_length (`int`, *optional*): Truncation length of a (question, block) pair.
+            return_tensors (`str`, defaults to `"pt"`): Tensor type of the returned inputs.
+
+        Returns:
+            `(has_answers, start_pos, end_pos, concat_inputs)`: per block whether an answer occurs and the token
+            positions of every occurrence (padded with -1); the first three are `None` without `answer_ids`.
+            New code should use [`~RealmRetriever.search`] and `realm_hf.build_reader_inputs`.
+        """
+        if self.tokenizer is None:
+            raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer`.")
+        texts = self.get_block_texts(self._as_id_array(retrieved_block_ids).reshape(-1))
+        question = self.tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
+        concat_inputs = self.tokenizer(
+            [question] * len(texts), texts, padding=True, truncation=True, max_length=max_length
+        )
+        concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
+        if answer_ids is None:
+            return None, None, None, concat_inputs_tensors
+        sep = self.tokenizer.sep_token_id
+        has_answers, start_pos, end_pos = [], [], []
+        for ids in concat_inputs["input_ids"]:
+            ids = list(ids)
+            first_sep = ids.index(sep)
+            second_sep = first_sep + 1 + ids[first_sep + 1 :].index(sep)
+            starts, ends = [], []
+            for answer in answer_ids:
+                for idx in range(first_sep + 1, second_sep):
+                    if ids[idx] == answer[0] and ids[idx : idx + len(answer)] == list(answer):
+                        starts.append(idx)
+                        ends.append(idx + len(answer) - 1)
+            has_answers.append(bool(starts))
+            start_pos.append(starts)
+            end_pos.append(ends)
+        max_answers = max(len(s) for s in start_pos)
+        start_pos = [s + [-1] * (max_answers - len(s)) for s in start_pos]
+        end_pos = [e + [-1] * (max_answers - len(e)) for e in end_pos]
+        return has_answers, start_pos, end_pos, concat_inputs_tensors
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Building
+    # ---------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents,
+        embedder: torch.nn.Module,
+        tokenizer,
+        max_block_length: int = 288,
+        index: str = "Flat",
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        Split documents into blocks, embed them and index them.
+
+        Args:
+            documents: Iterable of dicts with `text` and optionally `title`, `doc_id` (kept, used by
+                [`~RealmRetriever.remove_documents`]) and metadata fields; or a `datasets.Dataset` / dict of columns.
+            embedder (`torch.nn.Module`): A [`RealmEmbedder`] (see [`embed_blocks`]).
+            tokenizer: Its BERT WordPiece tokenizer; saved with the corpus.
+            max_block_length (`int`, defaults to 288): Maximum wordpieces per block as the embedder sees it,
+                `[CLS] title [SEP] text [SEP]` included (REALM used 288).
+            index (`str`, defaults to `"Flat"`): FAISS factory string: `"Flat"` (exact), `"HNSW32"`,
+                `"IVF4096,Flat"`, `"IVF4096,SQ8"`, `"IVF4096,PQ32"`, ... (always inner product).
+            batch_size, device, dtype, show_progress: See [`embed_blocks`].
+            train_size (`int`, *optional*): Vectors to train IVF/PQ/SQ indexes on (a random sample).
+            use_gpu (`bool`, defaults to `False`): Put the index on GPU (needs faiss-gpu: `pip install realm-hf[gpu]`;
+                falls back to CPU with a warning).
+        """
+        columns = split_documents(documents, tokenizer, max_block_length)
+        if not columns["text"]:
+            raise ValueError("No blocks to index: the documents are empty (no document has any text).")
+        embeddings = embed_blocks(
+            embedder,
+            tokenizer,
+            columns["title"],
+            columns["text"],
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            show_progress=show_progress,
+            max_length=max_block_length,
+        ).numpy()
+        columns = {"block_id": np.arange(len(columns["text"]), dtype=np.int64), **columns}
+        return cls._build(
+            columns,
+            embeddings,
+            tokenizer=tokenizer,
+            index=index,
+            max_block_length=max_block_length,
+            embedder_fingerprint=fingerprint_module(embedder),
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
+
+    @classmethod
+    def from_texts(
+        cls, texts: Iterable[str], embedder, tokenizer, titles: Iterable[str] | None = None, **kwargs
+    ) -> RealmRetriever:
+        """[`~RealmRetriever.from_documents`] for plain texts (and optional titles)."""
+        texts = list(texts)
+        titles = [""] * len(texts) if titles is None else list(titles)
+        if len(titles) != len(texts):
+            raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
+        return cls.from_documents(
+            [{"title": t, "text": x} for t, x in zip(titles, texts)], embedder, tokenizer, **kwargs
+        )
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        embeddings,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        tokenizer=None,
+        index: str = "Flat",
+        block_ids=None,
+        metadata: Mapping[str, Sequence] | None = None,
+        embedder_fingerprint: str | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        A retriever over given block embeddings (e.g. an exact in-memory searcher with `index="Flat"`).
+
+        Args:
+            embeddings (`torch.Tensor` or `np.ndarray` of shape `(num_blocks, dim)`): Block embeddings.
+            texts (`Sequence[str]`): Block texts.
+            titles (`Sequence[str]`, *optional*): Block titles (empty by default).
+            tokenizer (*optional*): Tokenizer saved with the corpus.
+            index (`str`, defaults to `"Flat"`): FAISS factory string.
+            block_ids (*optional*): Block ids (default `0..num_blocks-1`).
+            metadata (`Mapping[str, Sequence]`, *optional*): Extra columns (e.g. `doc_id`).
+        """
+        if isinstance(embeddings, torch.Tensor):
+            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        texts = list(texts)
+        if embeddings.ndim != 2 or len(embeddings) != len(texts):
+            raise ValueError(f"Got embeddings of shape {embeddings.shape} for {len(texts)} texts.")
+        if not texts:
+            raise ValueError("No blocks: the corpus is empty.")
+        titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
+        block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else cls._as_id_array(block_ids)
+        columns = {"block_id": block_ids, "title": titles, "text": texts}
+        for name, values in (metadata or {}).items():
+            if len(values) != len(texts):
+                raise ValueError(f"Metadata column {name!r} has {len(values)} values for {len(texts)} blocks.")
+            columns[name] = list(values)
+        return cls._build(
+            columns,
+            embeddings,
+            tokenizer=tokenizer,
+            index=index,
+            embedder_fingerprint=embedder_fingerprint,
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
+
+    @classmethod
+    def _build(
+        cls,
+        columns,
+        embeddings: np.ndarray,
+        tokenizer=None,
+        index: str = "Flat",
+        max_block_length: int | None = None,
+        embedder_fingerprint: str | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        corpus = _make_corpus(columns, embeddings)
+        ids = np.asarray(columns["block_id"], dtype=np.int64)
+        faiss_index, index = _build_index_from_matrix(index, embeddings, ids, train_size)
+        retriever = cls(
+            corpus,
+            faiss_index,
+            tokenizer=tokenizer,
+            index_type=index,
+            max_block_length=max_block_length,
+            embedder_fingerprint=embedder_fingerprint,
+        )
+        if use_gpu:
+            retriever.to_gpu()
+        return retriever
+
+    def _iter_stored_embeddings(self, chunk_size: int = 262144):
+        def gen():
+            for start in range(0, self.num_blocks, chunk_size):
+                stop = min(start + chunk_size, self.num_blocks)
+                yield self._emb_view[start:stop]["embeddings"], self._row_ids[start:stop]
+
+        return gen
+
+    def _rebuild_index(self, train_size: int | None = None) -> None:
+        """Rebuild the index from the stored embeddings (HNSW removals, or after re-embedding)."""
+        logger.info(
+            "Rebuilding the %s index over %d blocks from the stored embeddings.", self.index_type, self.num_blocks
+        )
+        rng = np.random.default_rng(0)
+
+        def sample(size: int) -> np.ndarray:
+            rows = np.sort(rng.choice(self.num_blocks, size=size, replace=False))
+            return self._emb_view[rows]["embeddings"]
+
+        on_gpu = self._gpu_resources is not None
+        index = faiss_utils.build_index(
+            self.index_type,
+            self.embedding_dim,
+            self._iter_stored_embeddings(),
+            self.num_blocks,
+            train_sample=sample,
+            train_size=train_size,
+        )
+        self.index, self._index_source, self._gpu_resources = index, None, None
+        if on_gpu:
+            self.to_gpu()
+
+    def embed_corpus(
+        self,
+        embedder: torch.nn.Module,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        start: int | None = None,
+        end: int | None = None,
+        update_index: bool | None = None,
+        chunk_size: int = 100_000,
+        train_size: int | None = None,
+    ) -> torch.FloatTensor:
+        """
+        Re-embed the corpus's blocks with `embedder` (e.g. after training it: REALM refreshes its index during
+        pre-training), as [`embed_blocks`] does, with this corpus's titles, texts and `max_block_length`.
+
+        Args:
+            embedder (`torch.nn.Module`): The (document) embedder.
+            batch_size, device, dtype, show_progress: See [`embed_blocks`].
+            start (`int`, *optional*), end (`int`, *optional*): Embed only corpus rows `start:end` (e.g. one
+                process's share in distributed re-indexing).
+            update_index (`bool`, *optional*): Replace the stored embeddings and rebuild the index with the new
+                ones (and record the embedder's fingerprint). Defaults to `True` when the whole corpus is embedded
+                (`start`/`end` not given), `False` otherwise; to swap in a refresh built elsewhere use
+                [`~RealmRetriever.build_index_state`] and [`~RealmRetriever.swap_index_state`].
+            chunk_size (`int`): Rows tokenized at a time (bounds memory on large corpora).
+            train_size (`int`, *optional*): Training sample size when the index is rebuilt.
+
+        Returns:
+            `torch.FloatTensor` of shape `(end - start, dim)`: the new embeddings of those rows, in row order.
+        """
+        if self.tokenizer is None:
+            raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer` before re-embedding.")
+        if update_index is None:
+            update_index = start is None and end is None
+        start = 0 if start is None else int(start)
+        end = self.num_blocks if end is None else int(end)
+        if not 0 <= start <= end <= self.num_blocks:
+            raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {self.num_blocks} blocks.")
+        if update_index and (start, end) != (0, self.num_blocks):
+            raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
+        parts = []
+        text_view = self._meta_view.select_columns(["title", "text"])
+        for chunk_start in range(start, end, chunk_size):
+            rows = text_view[chunk_start : min(chunk_start + chunk_size, end)]
+            parts.append(
+                embed_blocks(
+                    embedder,
+                    self.tokenizer,
+                    rows["title"],
+                    rows["text"],
+                    batch_size=batch_size,
+                    device=device,
+                    dtype=dtype,
+                    show_progress=show_progress,
+                    max_length=self.max_block_length,
+                )
+            )
+        embeddings = torch.cat(parts) if parts else torch.empty(0, self.embedding_dim)
+        if update_index:
+            state = self.build_index_state(
+                embeddings, embedder_fingerprint=fingerprint_module(embedder), train_size=train_size
+            )
+            self.swap_index_state(state)
+        return embeddings
+
+    def build_index_state(
+        self, embeddings, embedder_fingerprint: str | None = None, train_size: int | None = None
+    ) -> RealmIndexState:
+        """
+        Build, without touching the live retriever, the corpus embeddings and index for new block embeddings
+        (`[num_blocks, dim]` in corpus row order, e.g. from [`~RealmRetriever.embed_corpus`]). Safe to run in a
+        background thread while the retriever keeps serving searches; install the result with
+        [`~RealmRetriever.swap_index_state`].
+        """
+        if isinstance(embeddings, torch.Tensor):
+            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        with self._lock:
+            corpus, row_ids = self.corpus, self._row_ids
+        if embeddings.ndim != 2 or len(embeddings) != len(row_ids):
+            raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(row_ids)} blocks.")
+        if embeddings.shape[1] != self.embedding_dim:
+            logger.warning(
+                "The new embeddings have %d dimensions (the corpus had %d): the index is rebuilt for the new size.",
+                embeddings.shape[1],
+                self.embedding_dim,
+            )
+        base = corpus.remove_columns(["embeddings"])
+        if base._indices is not None:
+            base = base.flatten_indices()  # horizontal concatenation needs plain tables
+        column = datasets.Dataset(
+            datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)}))
+        )
+        new_corpus = datasets.concatenate_datasets([base, column], axis=1)
+        index, index_type = _build_index_from_matrix(self.index_type, embeddings, row_ids, train_size)
+        return RealmIndexState(
+            block_ids=row_ids,
+            corpus=new_corpus,
+            index=index,
+            index_type=index_type,
+            embedder_fingerprint=embedder_fingerprint,
+        )
+
+    def export_index_state(self) -> RealmIndexState:
+        """The current corpus embeddings and index as a [`RealmIndexState`] (e.g. to restore into another retriever)."""
+        with self._lock:
+            return RealmIndexState(
+                block_ids=self._row_ids,
+                corpus=self.corpus,
+                index=self._owned_cpu_index(copy=True),
+                index_type=self.index_type,
+                embedder_fingerprint=self.embedder_fingerprint,
+            )
+
+    def swap_index_state(self, state: RealmIndexState) -> None:
+        """
+        Atomically install a [`RealmIndexState`] (new embeddings + index): searches see either the old or the new
+        index, never a mix. Refused if the corpus's blocks changed since the state was built.
+        """
+        with self._lock:
+            if not np.array_equal(state.block_ids, self._row_ids):
+                raise ValueError(
+                    "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
+                )
+            self._set_corpus(state.corpus)
+            self.index_type = state.index_type
+            self.embedder_fingerprint = state.embedder_fingerprint
+            self._install_cpu_index(state.index)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # GPU
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def to_gpu(self, device: int = 0) -> RealmRetriever:
+        """
+        Move the index to GPU `device` (faiss-gpu only: `pip install realm-hf[gpu]`). Falls back to the CPU index with
+        a logged warning when faiss has no GPU support, no GPU is visible, or the index type has no GPU version.
+        """
+        with self._lock:
+            if self._gpu_resources is None:
+                self.index, self._gpu_resources = faiss_utils.index_to_gpu(self.index, device)
+        return self
+
+    def to_cpu(self) -> RealmRetriever:
+        """Bring a GPU index back to CPU memory."""
+        with self._lock:
+            self.index = faiss_utils.index_to_cpu(self.index)
+            self._gpu_resources = None
+        return self
+
+    def _cpu_index(self) -> faiss.Index:
+        return faiss_utils.index_to_cpu(self.index)
+
+    def _owned_cpu_index(self, copy: bool = False) -> faiss.Index:
+        """
+        A CPU index that owns its memory. Memory-mapped indexes are read-only (modifying one aborts the process
+        inside FAISS), so they are re-read privately: from their file if it is unchanged, else by serialization.
+        With `copy=True` the result never aliases `self.index`.
+        """
+        index = self._cpu_index()
+        if index is not self.index:
+            return index  # a fresh copy from the GPU
+        if self._index_source is not None:
+            path, inode, mtime = self._index_source
+            try:
+                stat = os.stat(path)
+                same_file = (stat.st_ino, stat.st_mtime) == (inode, mtime)
+            except OSError:
+                same_file = False
+            if same_file:
+                return faiss.read_index(path)
+            return faiss.deserialize_index(faiss.serialize_index(index))
+        return faiss.clone_index(index) if copy else index
+
+    def _mutable_cpu_index(self) -> faiss.Index:
+        """An owned CPU index to modify; the caller installs it with `_install_cpu_index`."""
+        return self._owned_cpu_index()
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Updating
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def add_documents(
+        self,
+        documents,
+        embedder: torch.nn.Module,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+    ) -> list[int]:
+        """
+        Split, embed and add documents to the corpus and the index, without retraining anything.
+
+        Blocks get fresh ids (never reused). Use the embedder that built the corpus: embeddings from different
+        embedders are not comparable (a warning is logged when the fingerprints differ).
+
+        Returns:
+            `list[int]`: the new block ids.
+        """
+        if self.tokenizer is None:
+            raise ValueError("This retriever has no tokenizer to split documents with: set `retriever.tokenizer`.")
+        fingerprint = fingerprint_module(embedder)
+        if self.embedder_fingerprint is not None and fingerprint != self.embedder_fingerprint:
+            warnings.warn(
+                "Adding documents embedded by a different embedder than the one that built this corpus: their scores "
+                "are not comparable. Re-embed the whole corpus with `retriever.embed_corpus(embedder)`.",
+                stacklevel=2,
+            )
+        max_block_length = self.max_block_length or 288
+        first_doc_id = self._next_doc_id()
+        columns = split_documents(documents, self.tokenizer, max_block_length, first_doc_id=first_doc_id)
+        if not columns["text"]:
+            raise ValueError("No blocks to add: the documents are empty.")
+        embeddings = embed_blocks(
+            embedder,
+            self.tokenizer,
+            columns["title"],
+            columns["text"],
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            show_progress=show_progress,
+            max_length=max_block_length,
+        ).numpy()
+        return self._add_blocks(columns, embeddings)
+
+    def _next_doc_id(self) -> int:
+        if "doc_id" not in self.corpus.column_names:
+            return 0
+        feature = self.corpus.features["doc_id"]
+        if getattr(feature, "dtype", "").startswith("int"):
+            values = self.corpus.with_format("numpy", columns=["doc_id"])[:]["doc_id"]
+            return int(values.max()) + 1 if len(values) else 0
+        return self._next_block_id
+
+    def _add_blocks(self, columns: dict, embeddings: np.ndarray) -> list[int]:
+        if embeddings.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"New embeddings have dimension {embeddings.shape[1]} but the corpus has {self.embedding_dim}."
+            )
+        with self._lock:
+            new_ids = np.arange(self._next_block_id, self._next_block_id + len(embeddings), dtype=np.int64)
+            if "doc_id" in columns and "doc_id" in self.corpus.column_names:
+                if self.corpus.features["doc_id"].dtype == "string":
+                    columns["doc_id"] = [None if d is None else str(d) for d in columns["doc_id"]]
+            new = _make_corpus({"block_id": new_ids, **columns}, embeddings, features=self.corpus.features)
+            # Everything that can fail comes before the first change to the live state.
+            new_corpus = datasets.concatenate_datasets([self.corpus, new])
+            index = self._mutable_cpu_index()
+            index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), new_ids)
+            self._set_corpus(new_corpus)
+            self._next_block_id = int(new_ids[-1]) + 1
+            self._install_cpu_index(index)
+        return new_ids.tolist()
+
+    def _install_cpu_index(self, index: faiss.Index) -> None:
+        on_gpu = self._gpu_resources is not None
+        self.index, self._gpu_resources, self._index_source = index, None, None
+        if on_gpu:
+            self.to_gpu()
+
+    def remove_documents(self, doc_ids=None, *, block_ids=None) -> list[int]:
+        """
+        Remove documents (all their blocks, by `doc_id`) and/or individual blocks (by `block_id`) from the corpus and
+        the index. HNSW graphs cannot delete nodes in FAISS, so an HNSW index is rebuilt from the stored embeddings.
+
+        Returns:
+            `list[int]`: the removed block ids.
+        """
+        if doc_ids is None and block_ids is None:
+            raise ValueError("Pass `doc_ids` and/or `block_ids` to remove.")
+        remove = np.zeros(self.num_blocks, dtype=bool)
+        if doc_ids is not None:
+            if "doc_id" not in self.corpus.column_names:
+                raise ValueError("This corpus has no `doc_id` column: remove blocks with `block_ids=` instead.")
+            doc_ids = [doc_ids] if isinstance(doc_ids, (str, int, np.integer)) else list(doc_ids)
+            corpus_doc_ids = self.corpus.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist()
+            wanted = set(doc_ids)
+            hit = np.fromiter((d in wanted for d in corpus_doc_ids), dtype=bool, count=len(corpus_doc_ids))
+            not_found = sorted(wanted - {d for d, h in zip(corpus_doc_ids, hit) if h}, key=str)
+            if not_found:
+                logger.warning("Documents not in the corpus (nothing removed for them): %s", not_found[:10])
+            remove |= hit
+        if block_ids is not None:
+            ids = self._as_id_array(block_ids).reshape(-1)
+            rows = self._rows(ids)
+            remove[rows[rows >= 0]] = True
+        removed = self._row_ids[remove]
+        if len(removed) == 0:
+            return []
+        if len(removed) == self.num_blocks:
+            raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
+        with self._lock:
+            old_corpus = self.corpus
+            new_corpus = self.corpus.select(np.flatnonzero(~remove))
+            if faiss_utils.supports_remove(self.index):
+                index = self._mutable_cpu_index()
+                index.remove_ids(np.ascontiguousarray(removed, dtype=np.int64))
+                self._set_corpus(new_corpus)
+                self._install_cpu_index(index)
+            else:
+                logger.info("FAISS cannot remove ids from an %s index: rebuilding it without them.", self.index_type)
+                self._set_corpus(new_corpus)
+                try:
+                    self._rebuild_index()
+                except BaseException:
+                    self._set_corpus(old_corpus)
+                    raise
+            if self.index.ntotal != self.num_blocks:
+                raise RuntimeError(
+                    f"Index ({self.index.ntotal}) and corpus ({self.num_blocks}) disagree after removal."
+                )
+        return removed.tolist()
+
+    def remove_blocks(self, block_ids) -> list[int]:
+        """Remove individual blocks by id (see [`~RealmRetriever.remove_documents`])."""
+        return self.remove_documents(block_ids=block_ids)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Staleness
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def is_stale(self, embedder: torch.nn.Module) -> bool | None:
+        """Whether `embedder`'s weights differ from those that embedded the corpus (`None` if no fingerprint)."""
+        if self.embedder_fingerprint is None:
+            return None
+        return fingerprint_module(embedder) != self.embedder_fingerprint
+
+    def check_embedder(self, embedder: torch.nn.Module) -> None:
+        """Refuse an embedder of another dimension; warn if its weights differ from the corpus's embedder."""
+        dim = _embedder_dim(embedder)
+        if dim is not None and dim != self.embedding_dim:
+            raise ValueError(
+                f"The embedder projects to {dim} dimensions (config.retriever_proj_size) but this corpus was built with "
+                f"an embedder of dimension {self.embedding_dim}. Re-embed the corpus with this embedder "
+                "(`retriever.embed_corpus(embedder)`) or use the matching model."
+            )
+        stale = self.is_stale(embedder)
+        if stale:
+            message = (
+                f"The corpus index is stale: it was embedded by an embedder with fingerprint {self.embedder_fingerprint}, "
+                f"but the given embedder's weights have fingerprint {fingerprint_module(embedder)}. Retrieval still "
+                "works, but scores no longer match what this embedder would produce; re-embed with "
+                "`retriever.embed_corpus(embedder)` and save again."
+            )
+            warnings.warn(message, stacklevel=3)
+        elif stale is None:
+            logger.info("No embedder fingerprint recorded for this corpus: cannot tell whether the index is stale.")
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Saving and loading
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def manifest(self) -> dict:
+        """The manifest `save_pretrained` writes (without file sizes)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "library": "realm-hf",
+            "realm_hf_version": _realm_hf_version(),
+            "faiss_version": getattr(faiss, "__version__", "unknown"),
+            "index_type": self.index_type,
+            "metric": "inner_product",
+            "embedding_dim": self.embedding_dim,
+            "num_blocks": self.num_blocks,
+            "next_block_id": self._next_block_id,
+            "max_block_length": self.max_block_length,
+            "embedder_fingerprint": self.embedder_fingerprint,
+            "columns": self.corpus.column_names,
+            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
+    ) -> None:
+        """
+        Save the corpus, index, tokenizer and manifest into `save_directory` (see the module docstring for the
+        layout). Only the retriever's own entries (`corpus/`, `index.faiss`, `tokenizer/`, `retriever_manifest.json`)
+        are touched, so a model's files in the same directory are kept.
+
+        The save is atomic per entry and all-or-nothing for a failure while writing: everything is first written to
+        a temporary sibling directory, then each entry is swapped in with `os.replace` (the manifest last), and a
+        failure restores the previous entries. A corpus saved before is never left half-overwritten.
+
+        Args:
+            save_directory (`str` or `os.PathLike`): Target directory (created if needed).
+            corpus_format (`str`, defaults to `"arrow"`): `"arrow"` (`Dataset.save_to_disk`: memory-mapped on load,
+                the choice for large corpora) or `"parquet"` (`corpus/data-XXXXX-of-XXXXX.parquet` shards, compact
+                and readable by any Parquet tool, for sharing on the Hub; converted to a memory-mapped Arrow cache on
+                load).
+            max_shard_size (`str` or `int`, defaults to `"500MB"`): Maximum size of a corpus shard.
+        """
+        if corpus_format not in ("arrow", "parquet"):
+            raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
+        save_directory = os.fspath(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".tmp-retriever-", dir=save_directory)
+        try:
+            with self._lock:
+                corpus_dir = os.path.join(staging, CORPUS_DIR)
+                if corpus_format == "arrow":
+                    self.corpus.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
+                else:
+                    _save_parquet_shards(self.corpus, corpus_dir, max_shard_size)
+                index_path = os.path.join(staging, INDEX_NAME)
+                faiss.write_index(self._cpu_index(), index_path)
+                if self.tokenizer is not None:
+                    self.tokenizer.save_pretrained(os.path.join(staging, TOKENIZER_DIR))
+                manifest = self.manifest()
+                manifest.update(
+                    corpus_format=corpus_format,
+                    corpus_dir=CORPUS_DIR,
+                    index_file=INDEX_NAME,
+                    index_file_size=os.path.getsize(index_path),
+                    tokenizer_dir=TOKENIZER_DIR if self.tokenizer is not None else None,
+                )
+                with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
+                    json.dump(manifest, f, indent=2, sort_keys=True)
+                    f.write("\n")
+                names = [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME]
+                _swap_into_place(staging, save_directory, names)
+                if self._index_source is not None:
+                    # The mmapped index's file may just have been replaced by an identical copy: track the new one.
+                    stat = os.stat(os.path.join(save_directory, INDEX_NAME))
+                    self._index_source = (os.path.join(save_directory, INDEX_NAME), stat.st_ino, stat.st_mtime)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_path_or_repo_id: str | os.PathLike,
+        revision: str | None = None,
+        embedder: torch.nn.Module | None = None,
+        expected_dim: int | None = None,
+        expected_num_blocks: int | None = None,
+        mmap: bool = True,
+        use_gpu: bool = False,
+        subfolder: str | None = None,
+        repo_type: str | None = None,
+        cache_dir: str | None = None,
+        token: str | bool | None = None,
+    ) -> RealmRetriever:
+        """
+        Load a retriever saved with [`~RealmRetriever.save_pretrained`] from a local directory or a Hub repository.
+
+        The manifest is checked against the files and the model: a missing/corrupt manifest or index, or a
+        dimension/block-count mismatch, raises an error that says what is wrong and how to fix it; an embedder whose
+        weights differ from the corpus's (a stale index) gives a warning.
+
+        Args:
+            pretrained_path_or_repo_id (`str` or `os.PathLike`): Local directory, or a Hub repo id (model or dataset
+                repo; downloaded with `huggingface_hub.snapshot_download`, which honours `HF_HUB_OFFLINE`).
+            revision (`str`, *optional*): Hub revision.
+            embedder (`torch.nn.Module`, *optional*): The model's embedder: its projection size
+                (`config.retriever_proj_size`) must match the index; a different weight fingerprint warns.
+            expected_dim (`int`, *optional*): Required embedding dimension.
+            expected_num_blocks (`int`, *optional*): Required number of blocks.
+            mmap (`bool`, defaults to `True`): Memory-map the Arrow corpus and the index's flat codes instead of
+                reading them into RAM (a 13M-block corpus then costs page cache, not process memory). IVF lists are
+                always read into RAM.
+            use_gpu (`bool`, defaults to `False`): Move the index to GPU (see [`~RealmRetriever.to_gpu`]).
+            subfolder (`str`, *optional*): Folder inside the directory/repo (e.g. `"retriever"`).
+            repo_type (`str`, *optional*): `"model"` or `"dataset"`; both are tried when not given.
+            cache_dir, token: Passed to `snapshot_download`.
+        """
+        path = _resolve_pretrained_path(
+            os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
+        )
+        manifest = _read_manifest(path)
+        dim = int(manifest["embedding_dim"])
+        num_blocks = int(manifest["num_blocks"])
+        if expected_dim is None and embedder is not None:
+            expected_dim = _embedder_dim(embedder)
+        if expected_dim is not None and int(expected_dim) != dim:
+            raise ValueError(
+                f"The corpus in {path} holds {dim}-d embeddings (built with an embedder of projection size {dim}), but "
+                f"the model expects {expected_dim}-d embeddings (config.retriever_proj_size). Use the corpus built "
+                "for this model, or re-embed it with `retriever.embed_corpus(embedder)`."
+            )
+        if expected_num_blocks is not None and int(expected_num_blocks) != num_blocks:
+            raise ValueError(
+                f"The corpus in {path} has {num_blocks} blocks but {expected_num_blocks} were expected "
+                "(e.g. config.num_block_records). Use the corpus that belongs to this model."
+            )
+
+        index_path = os.path.join(path, manifest.get("index_file", INDEX_NAME))
+        expected_size = manifest.get("index_file_size")
+        if expected_size is not None and os.path.isfile(index_path) and os.path.getsize(index_path) != expected_size:
+            raise ValueError(
+                f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
+                f"file is truncated or from another corpus. {_REBUILD_HINT}"
+            )
+        index, mmapped = faiss_utils.read_index_checked(index_path, mmap=mmap, how_to_fix=_REBUILD_HINT)
+        if index.d != dim:
+            raise ValueError(
+                f"{index_path} is a {index.d}-d index but the manifest says {dim}: the index belongs to another corpus "
+                f"or embedder. {_REBUILD_HINT}"
+            )
+        if index.ntotal != num_blocks:
+            raise ValueError(
+                f"{index_path} holds {index.ntotal} vectors but the manifest says {num_blocks} blocks. {_REBUILD_HINT}"
+            )
+        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise ValueError(
+                f"{index_path} is not an inner-product index (metric {index.metric_type}). {_REBUILD_HINT}"
+            )
+
+        corpus = _load_corpus(os.path.join(path, manifest.get("corpus_dir", CORPUS_DIR)), manifest, mmap)
+        if len(corpus) != num_blocks:
+            raise ValueError(
+                f"The corpus in {path} has {len(corpus)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
+            )
+        tokenizer = _load_tokenizer(path, manifest)
+        retriever = cls(
+            corpus,
+            index,
+            tokenizer=tokenizer,
+            index_type=manifest.get("index_type", "Flat"),
+            max_block_length=manifest.get("max_block_length"),
+            embedder_fingerprint=manifest.get("embedder_fingerprint"),
+            next_block_id=manifest.get("next_block_id"),
+        )
+        if hasattr(index, "id_map"):
+            index_ids = faiss.vector_to_array(index.id_map)
+            if not np.array_equal(np.sort(index_ids), retriever._sorted_ids):
+                raise ValueError(f"The ids in {index_path} do not match the corpus's block ids. {_REBUILD_HINT}")
+        if mmapped:
+            stat = os.stat(index_path)
+            retriever._index_source = (index_path, stat.st_ino, stat.st_mtime)
+        if embedder is not None:
+            retriever.check_embedder(embedder)
+        if use_gpu:
+            retriever.to_gpu()
+        return retriever
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Legacy checkpoints
+    # ---------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_legacy(
+        cls,
+        legacy_dir: str | os.PathLike,
+        tokenizer=None,
+        block_emb=None,
+        allow_pickle: bool = False,
+        index: str = "Flat",
+        embedder: torch.nn.Module | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        Build a retriever from a legacy `RealmForOpenQA` checkpoint directory (e.g. google/realm-orqa-nq-openqa):
+        block texts from `block_records.npy`, block embeddings from the `block_emb` buffer in its weights.
+
+        Block ids are the legacy row indices and the embeddings are the exact legacy vectors, so with `index="Flat"`
+        search returns what the legacy brute-force einsum + topk returned. Titles are empty (legacy blocks had none).
+
+        `block_records.npy` is a *pickled* numpy object array: unpickling runs code from the file. It is refused
+        unless `allow_pickle=True` or the environment sets `REALM_HF_ALLOW_PICKLE=1`; convert once
+        ([`convert_legacy_checkpoint`]) and share the converted, pickle-free retriever instead.
+
+        Args:
+            legacy_dir (`str`): The checkpoint directory.
+            tokenizer (*optional*): Its tokenizer (loaded from `legacy_dir` with `AutoTokenizer` if not given).
+            block_emb (`torch.Tensor` or `np.ndarray`, *optional*): The `[num_block_records, dim]` embeddings, if
+                already loaded; otherwise read from `model.safetensors` or `pytorch_model.bin` (`weights_only=True`,
+                memory-mapped).
+            allow_pickle (`bool`, defaults to `False`): Allow unpickling `block_records.npy` (only for trusted files).
+            index (`str`, defaults to `"Flat"`): FAISS factory string (Flat reproduces the legacy exact search).
+            embedder (*optional*): The checkpoint's embedder, to record its fingerprint in the manifest.
+        """
+        legacy_dir = os.fspath(legacy_dir)
+        records_path = os.path.join(legacy_dir, LEGACY_BLOCK_RECORDS)
+        if not os.path.isfile(records_path):
+            raise OSError(
+                f"{legacy_dir} has no {LEGACY_BLOCK_RECORDS}: not a legacy RealmForOpenQA checkpoint directory."
+            )
+        allowed = allow_pickle or os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes")
+        if not allowed:
+            raise ValueError(
+                f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
+                "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
+                f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
+                "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
+            )
+        if block_emb is None:
+            block_emb = load_legacy_block_emb(legacy_dir)
+            if block_emb is None:
+                raise OSError(
+                    f"No `{LEGACY_BLOCK_EMB_KEY}` tensor found in {legacy_dir} (model.safetensors or pytorch_model.bin): "
+                    "pass `block_emb=` explicitly."
+                )
+        if isinstance(block_emb, torch.Tensor):
+            block_emb = block_emb.detach().to("cpu")
+            block_emb = block_emb.numpy() if block_emb.dtype == torch.float32 else block_emb.float().numpy()
+        block_emb = np.asarray(block_emb, dtype=np.float32)
+        records = np.load(records_path, allow_pickle=True)
+        if records.ndim != 1 or len(records) != len(block_emb):
+            raise ValueError(
+                f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
+            )
+        texts = _decode_legacy_records(records)
+        del records
+        if tokenizer is None:
+            tokenizer = _try_load_tokenizer(legacy_dir)
+        n = len(texts)
+        block_ids = np.arange(n, dtype=np.int64)
+        columns = {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}
+        return cls._build(
+            columns,
+            block_emb,
+            tokenizer=tokenizer,
+            index=index,
+            # Unknown for legacy blocks: re-embedding then truncates at the tokenizer's limit, like the legacy model.
+            max_block_length=None,
+            embedder_fingerprint=fingerprint_module(embedder) if embedder is not None else None,
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
