@@ -376,7 +376,7 @@ def nbytes_estimate(num_vectors: int, dim: int, factory: str) -> int:
     return num_vectors * (4 * dim + 8)
 
 
-def _build_index_from_matrix(factory: str, embeddings: np.ndarray, ids: np.ndarray, train_size: int | None):
+def build_index_from_matrix(factory: str, embeddings: np.ndarray, ids: np.ndarray, train_size: int | None):
     """Build an index over an in-memory matrix; returns `(index, factory)` (IVF lists adjusted to the corpus size)."""
     if len(embeddings) == 0:
         raise ValueError("No blocks to index: the corpus is empty.")
@@ -396,3 +396,86 @@ def _build_index_from_matrix(factory: str, embeddings: np.ndarray, ids: np.ndarr
         train_size=train_size,
     )
     return index, factory
+
+
+class BlockIndex:
+    """
+    A FAISS inner-product index whose ids are block ids, with where it lives: on CPU or GPU, and, when memory-mapped,
+    the file it maps (a mapped index is read-only, so changes work on a private copy).
+
+    Changes never modify the live index: [`~BlockIndex.owned_cpu_index`] gives a copy to change, and
+    [`~BlockIndex.replaced_by`] wraps the result, on GPU again if this index was.
+
+    Args:
+        index (`faiss.Index`): The index.
+        index_type (`str`): The factory string it was built from.
+        source (`str`, *optional*): The file a memory-mapped index was read from.
+    """
+
+    def __init__(self, index: faiss.Index, index_type: str, source: str | None = None):
+        self.index = index
+        self.index_type = index_type
+        self._gpu_resources = None
+        self.source: tuple[str, int, float] | None = None  # (path, inode, mtime) of a memory-mapped index
+        if source is not None:
+            self.track_file(source)
+
+    @classmethod
+    def from_matrix(cls, factory: str, embeddings: np.ndarray, ids: np.ndarray, train_size: int | None = None):
+        """An index over an in-memory matrix (IVF lists adjusted to its size)."""
+        index, factory = build_index_from_matrix(factory, embeddings, ids, train_size)
+        return cls(index, factory)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self._gpu_resources is not None
+
+    def track_file(self, path: str) -> None:
+        """Record that the index maps `path`, so a private copy can be re-read from it while it is unchanged."""
+        stat = os.stat(path)
+        self.source = (path, stat.st_ino, stat.st_mtime)
+
+    def search(self, queries: np.ndarray, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
+        """`(scores, ids)` of the top `k`, with search-time `params` set for this call only."""
+        with search_parameters(self.index, params, self.index_type), blas_for_batches(len(queries)):
+            return self.index.search(queries, k)
+
+    def to_gpu(self, device: int = 0) -> None:
+        """Move to GPU `device` (falls back to CPU with a warning, see [`index_to_gpu`])."""
+        if self._gpu_resources is None:
+            self.index, self._gpu_resources = index_to_gpu(self.index, device)
+
+    def to_cpu(self) -> None:
+        self.index = index_to_cpu(self.index)
+        self._gpu_resources = None
+
+    def cpu_index(self) -> faiss.Index:
+        return index_to_cpu(self.index)
+
+    def owned_cpu_index(self, copy: bool = False) -> faiss.Index:
+        """
+        A CPU index that owns its memory. Memory-mapped indexes are read-only (modifying one aborts the process
+        inside FAISS), so they are re-read privately: from their file if it is unchanged, else by serialization.
+        With `copy=True` the result never aliases `self.index`.
+        """
+        index = self.cpu_index()
+        if index is not self.index:
+            return index  # a fresh copy from the GPU
+        if self.source is not None:
+            path, inode, mtime = self.source
+            try:
+                stat = os.stat(path)
+                same_file = (stat.st_ino, stat.st_mtime) == (inode, mtime)
+            except OSError:
+                same_file = False
+            if same_file:
+                return faiss.read_index(path)
+            return faiss.deserialize_index(faiss.serialize_index(index))
+        return faiss.clone_index(index) if copy else index
+
+    def replaced_by(self, index: faiss.Index, index_type: str | None = None) -> BlockIndex:
+        """A `BlockIndex` for a new CPU index, on GPU if this one is."""
+        new = BlockIndex(index, index_type or self.index_type)
+        if self.on_gpu:
+            new.to_gpu()
+        return new

@@ -1,4 +1,7 @@
-"""Legacy REALM checkpoints: reading `block_records.npy` and the `block_emb` buffer, and converting them."""
+"""Legacy (transformers 4) REALM checkpoints: the pickle opt-in, `block_records.npy`, the `block_emb` buffer.
+
+Imports neither faiss nor datasets, so model code can read a legacy checkpoint's embeddings cheaply.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +11,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..constants import LEGACY_BLOCK_EMB_KEY
-from .corpus import _ARROW_CHUNK_ROWS
+from ..constants import ALLOW_PICKLE_ENV, LEGACY_BLOCK_EMB_KEY, LEGACY_BLOCK_RECORDS
+
+# Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
+_DECODE_CHUNK_ROWS = 1 << 20
 
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
+
+
+def pickle_allowed(allow_pickle: bool = False) -> bool:
+    """Whether unpickling a legacy file is allowed: `allow_pickle=True`, or `REALM_HF_ALLOW_PICKLE` set to 1/true/yes."""
+    return bool(allow_pickle) or os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def load_legacy_block_emb(legacy_dir: str) -> torch.Tensor | None:
@@ -37,12 +47,82 @@ def load_legacy_block_emb(legacy_dir: str) -> torch.Tensor | None:
 
 def _decode_legacy_records(records: np.ndarray) -> list[str]:
     texts = []
-    for start in range(0, len(records), _ARROW_CHUNK_ROWS):
-        chunk = records[start : start + _ARROW_CHUNK_ROWS]
+    for start in range(0, len(records), _DECODE_CHUNK_ROWS):
+        chunk = records[start : start + _DECODE_CHUNK_ROWS]
         texts.extend(r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk)
         # Drop the decoded bytes as we go: the 13M-record legacy array is 12.6 GB.
-        records[start : start + _ARROW_CHUNK_ROWS] = None
+        records[start : start + _DECODE_CHUNK_ROWS] = None
     return texts
+
+
+def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = False) -> tuple[dict, np.ndarray]:
+    """
+    The blocks of a legacy `RealmForOpenQA` checkpoint as retriever columns (`block_id` = `doc_id` = legacy row,
+    empty `title`, `text`) and their `[num_blocks, dim]` float32 embeddings; see [`RealmRetriever.from_legacy`].
+    """
+    records_path = os.path.join(legacy_dir, LEGACY_BLOCK_RECORDS)
+    if not os.path.isfile(records_path):
+        raise OSError(f"{legacy_dir} has no {LEGACY_BLOCK_RECORDS}: not a legacy RealmForOpenQA checkpoint directory.")
+    if not pickle_allowed(allow_pickle):
+        raise ValueError(
+            f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
+            "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
+            f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
+            "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
+        )
+    if block_emb is None:
+        block_emb = load_legacy_block_emb(legacy_dir)
+        if block_emb is None:
+            raise OSError(
+                f"No `{LEGACY_BLOCK_EMB_KEY}` tensor found in {legacy_dir} (model.safetensors or pytorch_model.bin): "
+                "pass `block_emb=` explicitly."
+            )
+    if isinstance(block_emb, torch.Tensor):
+        block_emb = block_emb.detach().to("cpu")
+        block_emb = block_emb.numpy() if block_emb.dtype == torch.float32 else block_emb.float().numpy()
+    block_emb = np.asarray(block_emb, dtype=np.float32)
+    records = np.load(records_path, allow_pickle=True)
+    if records.ndim != 1 or len(records) != len(block_emb):
+        raise ValueError(f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows.")
+    texts = _decode_legacy_records(records)
+    del records
+    n = len(texts)
+    block_ids = np.arange(n, dtype=np.int64)
+    return {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}, block_emb
+
+
+def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors):
+    """The body of the legacy `RealmRetriever.__call__` (see there)."""
+    tokenizer = retriever.tokenizer
+    if tokenizer is None:
+        raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer`.")
+    if isinstance(retrieved_block_ids, torch.Tensor):
+        retrieved_block_ids = retrieved_block_ids.detach().cpu().numpy()
+    texts = retriever.get_block_texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
+    question = tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
+    concat_inputs = tokenizer([question] * len(texts), texts, padding=True, truncation=True, max_length=max_length)
+    concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
+    if answer_ids is None:
+        return None, None, None, concat_inputs_tensors
+    sep = tokenizer.sep_token_id
+    has_answers, start_pos, end_pos = [], [], []
+    for ids in concat_inputs["input_ids"]:
+        ids = list(ids)
+        first_sep = ids.index(sep)
+        second_sep = first_sep + 1 + ids[first_sep + 1 :].index(sep)
+        starts, ends = [], []
+        for answer in answer_ids:
+            for idx in range(first_sep + 1, second_sep):
+                if ids[idx] == answer[0] and ids[idx : idx + len(answer)] == list(answer):
+                    starts.append(idx)
+                    ends.append(idx + len(answer) - 1)
+        has_answers.append(bool(starts))
+        start_pos.append(starts)
+        end_pos.append(ends)
+    max_answers = max(len(s) for s in start_pos)
+    start_pos = [s + [-1] * (max_answers - len(s)) for s in start_pos]
+    end_pos = [e + [-1] * (max_answers - len(e)) for e in end_pos]
+    return has_answers, start_pos, end_pos, concat_inputs_tensors
 
 
 def convert_legacy_checkpoint(

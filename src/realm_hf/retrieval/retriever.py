@@ -1,13 +1,9 @@
-"""[`RealmRetriever`]: REALM's knowledge corpus, searched by maximum inner product."""
+"""[`RealmRetriever`]: REALM's knowledge corpus, a block corpus and a FAISS index kept in step behind one lock."""
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,36 +12,21 @@ from dataclasses import dataclass
 import datasets
 import faiss
 import numpy as np
-import pyarrow as pa
 import torch
 from transformers.utils import ModelOutput
 
-from .. import faiss_utils
-from ..constants import (
-    ALLOW_PICKLE_ENV,
-    CORPUS_DIR,
-    FORMAT_VERSION,
-    INDEX_NAME,
-    LEGACY_BLOCK_EMB_KEY,
-    LEGACY_BLOCK_RECORDS,
-    MANIFEST_NAME,
-    TOKENIZER_DIR,
-)
 from .chunking import split_documents
-from .corpus import _check_corpus_columns, _embedding_column, _make_corpus
+from .corpus import BlockCorpus, _make_corpus, as_id_array
 from .encoding import _embedder_dim, embed_blocks, fingerprint_module
-from .index import _build_index_from_matrix
-from .legacy import _decode_legacy_records, load_legacy_block_emb
+from .index import BlockIndex, build_index, is_exact, normalize_search_params, supports_remove
+from .legacy import legacy_reader_call, read_legacy_blocks
 from .serialization import (
     _REBUILD_HINT,
-    _load_corpus,
-    _load_tokenizer,
-    _read_manifest,
-    _realm_hf_version,
     _resolve_pretrained_path,
-    _save_parquet_shards,
-    _swap_into_place,
     _try_load_tokenizer,
+    build_manifest,
+    load_retriever_parts,
+    save_retriever,
 )
 
 logger = logging.getLogger(__name__)
@@ -135,84 +116,57 @@ class RealmRetriever:
 
     def __init__(
         self,
-        corpus: datasets.Dataset,
-        index: faiss.Index,
+        corpus: datasets.Dataset | BlockCorpus,
+        index: faiss.Index | BlockIndex,
         tokenizer=None,
         index_type: str = "Flat",
         max_block_length: int | None = None,
         embedder_fingerprint: str | None = None,
         next_block_id: int | None = None,
     ):
-        _check_corpus_columns(corpus)
+        corpus = corpus if isinstance(corpus, BlockCorpus) else BlockCorpus(corpus)
+        index = index if isinstance(index, BlockIndex) else BlockIndex(index, index_type)
         if len(corpus) == 0:
             raise ValueError("The corpus is empty: a retriever needs at least one block.")
-        self.index = index
+        if index.index.ntotal != len(corpus):
+            raise ValueError(
+                f"The index holds {index.index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
+            )
+        if corpus.dim is not None and corpus.dim != index.index.d:
+            raise ValueError(
+                f"The corpus embeddings have dimension {corpus.dim} but the index has {index.index.d}. {_REBUILD_HINT}"
+            )
+        self._corpus, self._index = corpus, index
         self.tokenizer = tokenizer
-        self.index_type = index_type
         self.max_block_length = max_block_length
         self.embedder_fingerprint = embedder_fingerprint
+        # One lock for corpus and index together: a search never sees one changed without the other.
         self._lock = threading.RLock()
-        self._gpu_resources = None
-        # Where a memory-mapped index came from (path, inode, mtime): it is re-read privately before any change.
-        self._index_source: tuple[str, int, float] | None = None
-        self._set_corpus(corpus)
-        if index.ntotal != len(corpus):
-            raise ValueError(
-                f"The index holds {index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
-            )
-        dim = corpus.features["embeddings"].length
-        if dim not in (None, -1) and dim != index.d:
-            raise ValueError(
-                f"The corpus embeddings have dimension {dim} but the index has {index.d}. {_REBUILD_HINT}"
-            )
-        max_id = int(self._sorted_ids[-1])
-        self._next_block_id = max(int(next_block_id or 0), max_id + 1)
+        self._next_block_id = max(int(next_block_id or 0), corpus.max_block_id + 1)
 
-    # ---------------------------------------------------------------------------------------------------------------
-    # Corpus bookkeeping
-    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def corpus(self) -> datasets.Dataset:
+        """The block table (`block_id`, `title`, `text`, metadata, `embeddings`)."""
+        return self._corpus.dataset
 
-    def _set_corpus(self, corpus: datasets.Dataset) -> None:
-        self.corpus = corpus
-        ids = corpus.with_format("numpy", columns=["block_id"])[:]["block_id"].astype(np.int64)
-        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
-            # Corpora we build are sorted by block_id; shared ones may not be: keep an argsort to map ids to rows.
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            if np.any(sorted_ids[1:] == sorted_ids[:-1]):
-                dup = sorted_ids[1:][sorted_ids[1:] == sorted_ids[:-1]][:5].tolist()
-                raise ValueError(f"Duplicate block ids in the corpus: {dup}. Block ids must be unique.")
-            self._sorted_ids, self._sorted_rows = sorted_ids, order
-        else:
-            self._sorted_ids, self._sorted_rows = ids, None
-        self._row_ids = ids
-        self._emb_view = corpus.with_format("numpy", columns=["embeddings"])
-        self._meta_columns = [c for c in corpus.column_names if c != "embeddings"]
-        self._meta_view = corpus.select_columns(self._meta_columns)
-        self._text_view = corpus.select_columns(["text"])
+    @property
+    def index(self) -> faiss.Index:
+        """The FAISS index (ids are block ids); on GPU after [`~RealmRetriever.to_gpu`]."""
+        return self._index.index
 
-    def _rows(self, block_ids: np.ndarray) -> np.ndarray:
-        """Corpus rows of `block_ids` (any shape); -1 stays -1; unknown ids raise `KeyError`."""
-        flat = np.asarray(block_ids, dtype=np.int64).reshape(-1)
-        pos = np.searchsorted(self._sorted_ids, flat)
-        pos = np.minimum(pos, len(self._sorted_ids) - 1)
-        found = self._sorted_ids[pos] == flat
-        unknown = ~found & (flat != -1)
-        if unknown.any():
-            raise KeyError(f"Block ids not in the corpus: {flat[unknown][:10].tolist()}")
-        rows = self._sorted_rows[pos] if self._sorted_rows is not None else pos
-        return np.where(found, rows, -1).reshape(np.shape(block_ids))
+    @property
+    def index_type(self) -> str:
+        """The FAISS factory string the index was built from."""
+        return self._index.index_type
 
-    @staticmethod
-    def _as_id_array(block_ids) -> np.ndarray:
-        if isinstance(block_ids, torch.Tensor):
-            return block_ids.detach().cpu().numpy().astype(np.int64)
-        return np.asarray(block_ids, dtype=np.int64)
+    @property
+    def _index_source(self) -> tuple[str, int, float] | None:
+        return self._index.source
 
     @property
     def num_blocks(self) -> int:
         """Number of blocks in the corpus (and vectors in the index)."""
-        return len(self.corpus)
+        return len(self._corpus)
 
     def __len__(self) -> int:
         return self.num_blocks
@@ -225,7 +179,7 @@ class RealmRetriever:
     @property
     def block_ids(self) -> np.ndarray:
         """All block ids, in corpus row order."""
-        return self._row_ids.copy()
+        return self._corpus.row_ids.copy()
 
     @property
     def next_block_id(self) -> int:
@@ -239,7 +193,7 @@ class RealmRetriever:
         )
 
     # ---------------------------------------------------------------------------------------------------------------
-    # Lookup
+    # Lookup and search
     # ---------------------------------------------------------------------------------------------------------------
 
     def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
@@ -252,13 +206,7 @@ class RealmRetriever:
         Returns:
             `torch.FloatTensor` of shape `block_ids.shape + (embedding_dim,)`, on CPU.
         """
-        ids = self._as_id_array(block_ids)
-        rows = self._rows(ids).reshape(-1)
-        out = np.zeros((len(rows), self.embedding_dim), dtype=np.float32)
-        valid = rows >= 0
-        if valid.any():
-            out[valid] = self._emb_view[rows[valid]]["embeddings"]
-        return torch.from_numpy(out.reshape(*ids.shape, self.embedding_dim))
+        return torch.from_numpy(self._corpus.embeddings(block_ids, self.embedding_dim))
 
     def get_blocks(self, block_ids) -> list:
         """
@@ -270,42 +218,11 @@ class RealmRetriever:
         Returns:
             `list[list[dict]]` for 2-D ids, `list[dict]` for 1-D ids.
         """
-        ids = self._as_id_array(block_ids)
-        if ids.ndim not in (1, 2):
-            raise ValueError(f"block_ids must be 1-D or 2-D, got shape {ids.shape}.")
-        rows = self._rows(ids).reshape(-1)
-        valid = rows >= 0
-        fetched = self._meta_view[rows[valid].tolist()] if valid.any() else {c: [] for c in self._meta_columns}
-        empty = {c: None for c in self._meta_columns}
-        empty.update(block_id=-1, title="", text="")
-        flat, j = [], 0
-        for is_valid in valid:
-            if is_valid:
-                flat.append({c: fetched[c][j] for c in self._meta_columns})
-                j += 1
-            else:
-                flat.append(dict(empty))
-        if ids.ndim == 1:
-            return flat
-        k = ids.shape[1]
-        return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
+        return self._corpus.blocks(block_ids)
 
     def get_block_texts(self, block_ids) -> list:
         """Texts of `block_ids`: `list[list[str]]` for `(batch_size, k)` ids, `list[str]` for 1-D ids."""
-        ids = self._as_id_array(block_ids)
-        rows = self._rows(ids).reshape(-1)
-        valid = rows >= 0
-        texts = self._text_view[rows[valid].tolist()]["text"] if valid.any() else []
-        it = iter(texts)
-        flat = [next(it) if v else "" for v in valid]
-        if ids.ndim == 1:
-            return flat
-        k = ids.shape[1]
-        return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
-
-    # ---------------------------------------------------------------------------------------------------------------
-    # Search
-    # ---------------------------------------------------------------------------------------------------------------
+        return self._corpus.texts(block_ids)
 
     def search(
         self, question_embeddings, k: int = 5, return_blocks: bool = True, rerank_factor: int = 1, **search_params
@@ -348,24 +265,19 @@ class RealmRetriever:
                 f"k={k} is larger than the number of blocks in the corpus ({self.num_blocks}): ask for at most "
                 f"{self.num_blocks}."
             )
-        params = faiss_utils.normalize_search_params(search_params)
-        exact = faiss_utils.is_exact(self.index)
-        fetch = k if exact else min(self.num_blocks, k * max(1, int(rerank_factor)))
+        params = normalize_search_params(search_params)
         # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups.
         with self._lock:
-            with (
-                faiss_utils.search_parameters(self.index, params, self.index_type),
-                faiss_utils.blas_for_batches(len(queries)),
-            ):
-                scores, ids = self.index.search(queries, fetch)
+            exact = is_exact(self.index)
+            fetch = k if exact else min(self.num_blocks, k * max(1, int(rerank_factor)))
+            scores, ids = self._index.search(queries, fetch, params)
             return self._finish_search(queries, scores, ids, k, exact, return_blocks)
 
     def _finish_search(self, queries, scores, ids, k, exact, return_blocks) -> RealmSearchOutput:
         ids = ids.astype(np.int64, copy=False)
         if not exact:
             # Compressed codes give approximate scores: re-score with the stored float32 vectors.
-            stored = self.get_block_embeddings(ids).numpy()
-            scores = np.einsum("bd,bkd->bk", queries, stored)
+            scores = np.einsum("bd,bkd->bk", queries, self._corpus.embeddings(ids, self.embedding_dim))
             scores[ids < 0] = -np.inf
             order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
             ids = np.take_along_axis(ids, order, axis=1)
@@ -383,7 +295,7 @@ class RealmRetriever:
         scores = np.ascontiguousarray(scores, dtype=np.float32)
         blocks = None
         if return_blocks:
-            blocks = self.get_blocks(ids)
+            blocks = self._corpus.blocks(ids)
             for row_blocks, row_scores in zip(blocks, scores.tolist()):
                 for block, score in zip(row_blocks, row_scores):
                     block["score"] = score
@@ -406,35 +318,9 @@ class RealmRetriever:
             positions of every occurrence (padded with -1); the first three are `None` without `answer_ids`.
             New code should use [`~RealmRetriever.search`] and `realm_hf.build_reader_inputs`.
         """
-        if self.tokenizer is None:
-            raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer`.")
-        texts = self.get_block_texts(self._as_id_array(retrieved_block_ids).reshape(-1))
-        question = self.tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
-        concat_inputs = self.tokenizer(
-            [question] * len(texts), texts, padding=True, truncation=True, max_length=max_length
+        return legacy_reader_call(
+            self, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors
         )
-        concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
-        if answer_ids is None:
-            return None, None, None, concat_inputs_tensors
-        sep = self.tokenizer.sep_token_id
-        has_answers, start_pos, end_pos = [], [], []
-        for ids in concat_inputs["input_ids"]:
-            ids = list(ids)
-            first_sep = ids.index(sep)
-            second_sep = first_sep + 1 + ids[first_sep + 1 :].index(sep)
-            starts, ends = [], []
-            for answer in answer_ids:
-                for idx in range(first_sep + 1, second_sep):
-                    if ids[idx] == answer[0] and ids[idx : idx + len(answer)] == list(answer):
-                        starts.append(idx)
-                        ends.append(idx + len(answer) - 1)
-            has_answers.append(bool(starts))
-            start_pos.append(starts)
-            end_pos.append(ends)
-        max_answers = max(len(s) for s in start_pos)
-        start_pos = [s + [-1] * (max_answers - len(s)) for s in start_pos]
-        end_pos = [e + [-1] * (max_answers - len(e)) for e in end_pos]
-        return has_answers, start_pos, end_pos, concat_inputs_tensors
 
     # ---------------------------------------------------------------------------------------------------------------
     # Building
@@ -546,7 +432,7 @@ class RealmRetriever:
         if not texts:
             raise ValueError("No blocks: the corpus is empty.")
         titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
-        block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else cls._as_id_array(block_ids)
+        block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else as_id_array(block_ids)
         columns = {"block_id": block_ids, "title": titles, "text": texts}
         for name, values in (metadata or {}).items():
             if len(values) != len(texts):
@@ -574,52 +460,17 @@ class RealmRetriever:
         train_size: int | None = None,
         use_gpu: bool = False,
     ) -> RealmRetriever:
-        corpus = _make_corpus(columns, embeddings)
-        ids = np.asarray(columns["block_id"], dtype=np.int64)
-        faiss_index, index = _build_index_from_matrix(index, embeddings, ids, train_size)
+        block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
         retriever = cls(
-            corpus,
-            faiss_index,
+            _make_corpus(columns, embeddings),
+            block_index,
             tokenizer=tokenizer,
-            index_type=index,
             max_block_length=max_block_length,
             embedder_fingerprint=embedder_fingerprint,
         )
         if use_gpu:
             retriever.to_gpu()
         return retriever
-
-    def _iter_stored_embeddings(self, chunk_size: int = 262144):
-        def gen():
-            for start in range(0, self.num_blocks, chunk_size):
-                stop = min(start + chunk_size, self.num_blocks)
-                yield self._emb_view[start:stop]["embeddings"], self._row_ids[start:stop]
-
-        return gen
-
-    def _rebuild_index(self, train_size: int | None = None) -> None:
-        """Rebuild the index from the stored embeddings (HNSW removals, or after re-embedding)."""
-        logger.info(
-            "Rebuilding the %s index over %d blocks from the stored embeddings.", self.index_type, self.num_blocks
-        )
-        rng = np.random.default_rng(0)
-
-        def sample(size: int) -> np.ndarray:
-            rows = np.sort(rng.choice(self.num_blocks, size=size, replace=False))
-            return self._emb_view[rows]["embeddings"]
-
-        on_gpu = self._gpu_resources is not None
-        index = faiss_utils.build_index(
-            self.index_type,
-            self.embedding_dim,
-            self._iter_stored_embeddings(),
-            self.num_blocks,
-            train_sample=sample,
-            train_size=train_size,
-        )
-        self.index, self._index_source, self._gpu_resources = index, None, None
-        if on_gpu:
-            self.to_gpu()
 
     def embed_corpus(
         self,
@@ -664,9 +515,9 @@ class RealmRetriever:
         if update_index and (start, end) != (0, self.num_blocks):
             raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
         parts = []
-        text_view = self._meta_view.select_columns(["title", "text"])
+
         for chunk_start in range(start, end, chunk_size):
-            rows = text_view[chunk_start : min(chunk_start + chunk_size, end)]
+            rows = self._corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
             parts.append(
                 embed_blocks(
                     embedder,
@@ -701,28 +552,21 @@ class RealmRetriever:
             embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
         embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         with self._lock:
-            corpus, row_ids = self.corpus, self._row_ids
-        if embeddings.ndim != 2 or len(embeddings) != len(row_ids):
-            raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(row_ids)} blocks.")
+            corpus, index_type = self._corpus, self.index_type
+        if embeddings.ndim != 2 or len(embeddings) != len(corpus):
+            raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(corpus)} blocks.")
         if embeddings.shape[1] != self.embedding_dim:
             logger.warning(
                 "The new embeddings have %d dimensions (the corpus had %d): the index is rebuilt for the new size.",
                 embeddings.shape[1],
                 self.embedding_dim,
             )
-        base = corpus.remove_columns(["embeddings"])
-        if base._indices is not None:
-            base = base.flatten_indices()  # horizontal concatenation needs plain tables
-        column = datasets.Dataset(
-            datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)}))
-        )
-        new_corpus = datasets.concatenate_datasets([base, column], axis=1)
-        index, index_type = _build_index_from_matrix(self.index_type, embeddings, row_ids, train_size)
+        new_index = BlockIndex.from_matrix(index_type, embeddings, corpus.row_ids, train_size)
         return RealmIndexState(
-            block_ids=row_ids,
-            corpus=new_corpus,
-            index=index,
-            index_type=index_type,
+            block_ids=corpus.row_ids,
+            corpus=corpus.with_embeddings(embeddings),
+            index=new_index.index,
+            index_type=new_index.index_type,
             embedder_fingerprint=embedder_fingerprint,
         )
 
@@ -730,9 +574,9 @@ class RealmRetriever:
         """The current corpus embeddings and index as a [`RealmIndexState`] (e.g. to restore into another retriever)."""
         with self._lock:
             return RealmIndexState(
-                block_ids=self._row_ids,
+                block_ids=self._corpus.row_ids,
                 corpus=self.corpus,
-                index=self._owned_cpu_index(copy=True),
+                index=self._index.owned_cpu_index(copy=True),
                 index_type=self.index_type,
                 embedder_fingerprint=self.embedder_fingerprint,
             )
@@ -743,18 +587,13 @@ class RealmRetriever:
         index, never a mix. Refused if the corpus's blocks changed since the state was built.
         """
         with self._lock:
-            if not np.array_equal(state.block_ids, self._row_ids):
+            if not np.array_equal(state.block_ids, self._corpus.row_ids):
                 raise ValueError(
                     "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
                 )
-            self._set_corpus(state.corpus)
-            self.index_type = state.index_type
+            self._corpus = BlockCorpus(state.corpus)
+            self._index = self._index.replaced_by(state.index, state.index_type)
             self.embedder_fingerprint = state.embedder_fingerprint
-            self._install_cpu_index(state.index)
-
-    # ---------------------------------------------------------------------------------------------------------------
-    # GPU
-    # ---------------------------------------------------------------------------------------------------------------
 
     def to_gpu(self, device: int = 0) -> RealmRetriever:
         """
@@ -762,44 +601,14 @@ class RealmRetriever:
         a logged warning when faiss has no GPU support, no GPU is visible, or the index type has no GPU version.
         """
         with self._lock:
-            if self._gpu_resources is None:
-                self.index, self._gpu_resources = faiss_utils.index_to_gpu(self.index, device)
+            self._index.to_gpu(device)
         return self
 
     def to_cpu(self) -> RealmRetriever:
         """Bring a GPU index back to CPU memory."""
         with self._lock:
-            self.index = faiss_utils.index_to_cpu(self.index)
-            self._gpu_resources = None
+            self._index.to_cpu()
         return self
-
-    def _cpu_index(self) -> faiss.Index:
-        return faiss_utils.index_to_cpu(self.index)
-
-    def _owned_cpu_index(self, copy: bool = False) -> faiss.Index:
-        """
-        A CPU index that owns its memory. Memory-mapped indexes are read-only (modifying one aborts the process
-        inside FAISS), so they are re-read privately: from their file if it is unchanged, else by serialization.
-        With `copy=True` the result never aliases `self.index`.
-        """
-        index = self._cpu_index()
-        if index is not self.index:
-            return index  # a fresh copy from the GPU
-        if self._index_source is not None:
-            path, inode, mtime = self._index_source
-            try:
-                stat = os.stat(path)
-                same_file = (stat.st_ino, stat.st_mtime) == (inode, mtime)
-            except OSError:
-                same_file = False
-            if same_file:
-                return faiss.read_index(path)
-            return faiss.deserialize_index(faiss.serialize_index(index))
-        return faiss.clone_index(index) if copy else index
-
-    def _mutable_cpu_index(self) -> faiss.Index:
-        """An owned CPU index to modify; the caller installs it with `_install_cpu_index`."""
-        return self._owned_cpu_index()
 
     # ---------------------------------------------------------------------------------------------------------------
     # Updating
@@ -833,7 +642,7 @@ class RealmRetriever:
                 stacklevel=2,
             )
         max_block_length = self.max_block_length or 288
-        first_doc_id = self._next_doc_id()
+        first_doc_id = self._corpus.next_doc_id(fallback=self._next_block_id)
         columns = split_documents(documents, self.tokenizer, max_block_length, first_doc_id=first_doc_id)
         if not columns["text"]:
             raise ValueError("No blocks to add: the documents are empty.")
@@ -850,15 +659,6 @@ class RealmRetriever:
         ).numpy()
         return self._add_blocks(columns, embeddings)
 
-    def _next_doc_id(self) -> int:
-        if "doc_id" not in self.corpus.column_names:
-            return 0
-        feature = self.corpus.features["doc_id"]
-        if getattr(feature, "dtype", "").startswith("int"):
-            values = self.corpus.with_format("numpy", columns=["doc_id"])[:]["doc_id"]
-            return int(values.max()) + 1 if len(values) else 0
-        return self._next_block_id
-
     def _add_blocks(self, columns: dict, embeddings: np.ndarray) -> list[int]:
         if embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
@@ -866,24 +666,13 @@ class RealmRetriever:
             )
         with self._lock:
             new_ids = np.arange(self._next_block_id, self._next_block_id + len(embeddings), dtype=np.int64)
-            if "doc_id" in columns and "doc_id" in self.corpus.column_names:
-                if self.corpus.features["doc_id"].dtype == "string":
-                    columns["doc_id"] = [None if d is None else str(d) for d in columns["doc_id"]]
-            new = _make_corpus({"block_id": new_ids, **columns}, embeddings, features=self.corpus.features)
             # Everything that can fail comes before the first change to the live state.
-            new_corpus = datasets.concatenate_datasets([self.corpus, new])
-            index = self._mutable_cpu_index()
+            corpus = BlockCorpus(self._corpus.appended({"block_id": new_ids, **columns}, embeddings))
+            index = self._index.owned_cpu_index()
             index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), new_ids)
-            self._set_corpus(new_corpus)
+            self._corpus, self._index = corpus, self._index.replaced_by(index)
             self._next_block_id = int(new_ids[-1]) + 1
-            self._install_cpu_index(index)
         return new_ids.tolist()
-
-    def _install_cpu_index(self, index: faiss.Index) -> None:
-        on_gpu = self._gpu_resources is not None
-        self.index, self._gpu_resources, self._index_source = index, None, None
-        if on_gpu:
-            self.to_gpu()
 
     def remove_documents(self, doc_ids=None, *, block_ids=None) -> list[int]:
         """
@@ -897,46 +686,38 @@ class RealmRetriever:
             raise ValueError("Pass `doc_ids` and/or `block_ids` to remove.")
         remove = np.zeros(self.num_blocks, dtype=bool)
         if doc_ids is not None:
-            if "doc_id" not in self.corpus.column_names:
-                raise ValueError("This corpus has no `doc_id` column: remove blocks with `block_ids=` instead.")
-            doc_ids = [doc_ids] if isinstance(doc_ids, (str, int, np.integer)) else list(doc_ids)
-            corpus_doc_ids = self.corpus.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist()
-            wanted = set(doc_ids)
-            hit = np.fromiter((d in wanted for d in corpus_doc_ids), dtype=bool, count=len(corpus_doc_ids))
-            not_found = sorted(wanted - {d for d, h in zip(corpus_doc_ids, hit) if h}, key=str)
-            if not_found:
-                logger.warning("Documents not in the corpus (nothing removed for them): %s", not_found[:10])
-            remove |= hit
+            remove |= self._corpus.doc_mask(doc_ids)
         if block_ids is not None:
-            ids = self._as_id_array(block_ids).reshape(-1)
-            rows = self._rows(ids)
+            rows = self._corpus.rows(as_id_array(block_ids).reshape(-1))
             remove[rows[rows >= 0]] = True
-        removed = self._row_ids[remove]
+        removed = self._corpus.row_ids[remove]
         if len(removed) == 0:
             return []
         if len(removed) == self.num_blocks:
             raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
         with self._lock:
-            old_corpus = self.corpus
-            new_corpus = self.corpus.select(np.flatnonzero(~remove))
-            if faiss_utils.supports_remove(self.index):
-                index = self._mutable_cpu_index()
+            corpus = BlockCorpus(self.corpus.select(np.flatnonzero(~remove)))
+            if supports_remove(self.index):
+                index = self._index.owned_cpu_index()
                 index.remove_ids(np.ascontiguousarray(removed, dtype=np.int64))
-                self._set_corpus(new_corpus)
-                self._install_cpu_index(index)
             else:
                 logger.info("FAISS cannot remove ids from an %s index: rebuilding it without them.", self.index_type)
-                self._set_corpus(new_corpus)
-                try:
-                    self._rebuild_index()
-                except BaseException:
-                    self._set_corpus(old_corpus)
-                    raise
-            if self.index.ntotal != self.num_blocks:
-                raise RuntimeError(
-                    f"Index ({self.index.ntotal}) and corpus ({self.num_blocks}) disagree after removal."
-                )
+                index = self._rebuilt_index(corpus)
+            if index.ntotal != len(corpus):
+                raise RuntimeError(f"Index ({index.ntotal}) and corpus ({len(corpus)}) disagree after removal.")
+            self._corpus, self._index = corpus, self._index.replaced_by(index)
         return removed.tolist()
+
+    def _rebuilt_index(self, corpus: BlockCorpus, train_size: int | None = None) -> faiss.Index:
+        """A CPU index of this index's type over `corpus`'s stored embeddings (for indexes that cannot remove ids)."""
+        logger.info("Rebuilding the %s index over %d blocks from the stored embeddings.", self.index_type, len(corpus))
+        rng = np.random.default_rng(0)
+
+        def sample(size: int) -> np.ndarray:
+            return corpus.embedding_rows(np.sort(rng.choice(len(corpus), size=size, replace=False)))
+
+        chunks = corpus.iter_embeddings()
+        return build_index(self.index_type, self.embedding_dim, chunks, len(corpus), sample, train_size)
 
     def remove_blocks(self, block_ids) -> list[int]:
         """Remove individual blocks by id (see [`~RealmRetriever.remove_documents`])."""
@@ -979,21 +760,7 @@ class RealmRetriever:
 
     def manifest(self) -> dict:
         """The manifest `save_pretrained` writes (without file sizes)."""
-        return {
-            "format_version": FORMAT_VERSION,
-            "library": "realm-hf",
-            "realm_hf_version": _realm_hf_version(),
-            "faiss_version": getattr(faiss, "__version__", "unknown"),
-            "index_type": self.index_type,
-            "metric": "inner_product",
-            "embedding_dim": self.embedding_dim,
-            "num_blocks": self.num_blocks,
-            "next_block_id": self._next_block_id,
-            "max_block_length": self.max_block_length,
-            "embedder_fingerprint": self.embedder_fingerprint,
-            "columns": self.corpus.column_names,
-            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        }
+        return build_manifest(self)
 
     def save_pretrained(
         self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
@@ -1018,38 +785,8 @@ class RealmRetriever:
         if corpus_format not in ("arrow", "parquet"):
             raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
         save_directory = os.fspath(save_directory)
-        os.makedirs(save_directory, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".tmp-retriever-", dir=save_directory)
-        try:
-            with self._lock:
-                corpus_dir = os.path.join(staging, CORPUS_DIR)
-                if corpus_format == "arrow":
-                    self.corpus.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
-                else:
-                    _save_parquet_shards(self.corpus, corpus_dir, max_shard_size)
-                index_path = os.path.join(staging, INDEX_NAME)
-                faiss.write_index(self._cpu_index(), index_path)
-                if self.tokenizer is not None:
-                    self.tokenizer.save_pretrained(os.path.join(staging, TOKENIZER_DIR))
-                manifest = self.manifest()
-                manifest.update(
-                    corpus_format=corpus_format,
-                    corpus_dir=CORPUS_DIR,
-                    index_file=INDEX_NAME,
-                    index_file_size=os.path.getsize(index_path),
-                    tokenizer_dir=TOKENIZER_DIR if self.tokenizer is not None else None,
-                )
-                with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
-                    json.dump(manifest, f, indent=2, sort_keys=True)
-                    f.write("\n")
-                names = [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME]
-                _swap_into_place(staging, save_directory, names)
-                if self._index_source is not None:
-                    # The mmapped index's file may just have been replaced by an identical copy: track the new one.
-                    stat = os.stat(os.path.join(save_directory, INDEX_NAME))
-                    self._index_source = (os.path.join(save_directory, INDEX_NAME), stat.st_ino, stat.st_mtime)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with self._lock:
+            save_retriever(self, os.fspath(save_directory), corpus_format, max_shard_size)
 
     @classmethod
     def from_pretrained(
@@ -1092,76 +829,22 @@ class RealmRetriever:
         path = _resolve_pretrained_path(
             os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
         )
-        manifest = _read_manifest(path)
-        dim = int(manifest["embedding_dim"])
-        num_blocks = int(manifest["num_blocks"])
         if expected_dim is None and embedder is not None:
             expected_dim = _embedder_dim(embedder)
-        if expected_dim is not None and int(expected_dim) != dim:
-            raise ValueError(
-                f"The corpus in {path} holds {dim}-d embeddings (built with an embedder of projection size {dim}), but "
-                f"the model expects {expected_dim}-d embeddings (config.retriever_proj_size). Use the corpus built "
-                "for this model, or re-embed it with `retriever.embed_corpus(embedder)`."
-            )
-        if expected_num_blocks is not None and int(expected_num_blocks) != num_blocks:
-            raise ValueError(
-                f"The corpus in {path} has {num_blocks} blocks but {expected_num_blocks} were expected "
-                "(e.g. config.num_block_records). Use the corpus that belongs to this model."
-            )
-
-        index_path = os.path.join(path, manifest.get("index_file", INDEX_NAME))
-        expected_size = manifest.get("index_file_size")
-        if expected_size is not None and os.path.isfile(index_path) and os.path.getsize(index_path) != expected_size:
-            raise ValueError(
-                f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
-                f"file is truncated or from another corpus. {_REBUILD_HINT}"
-            )
-        index, mmapped = faiss_utils.read_index_checked(index_path, mmap=mmap, how_to_fix=_REBUILD_HINT)
-        if index.d != dim:
-            raise ValueError(
-                f"{index_path} is a {index.d}-d index but the manifest says {dim}: the index belongs to another corpus "
-                f"or embedder. {_REBUILD_HINT}"
-            )
-        if index.ntotal != num_blocks:
-            raise ValueError(
-                f"{index_path} holds {index.ntotal} vectors but the manifest says {num_blocks} blocks. {_REBUILD_HINT}"
-            )
-        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-            raise ValueError(
-                f"{index_path} is not an inner-product index (metric {index.metric_type}). {_REBUILD_HINT}"
-            )
-
-        corpus = _load_corpus(os.path.join(path, manifest.get("corpus_dir", CORPUS_DIR)), manifest, mmap)
-        if len(corpus) != num_blocks:
-            raise ValueError(
-                f"The corpus in {path} has {len(corpus)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
-            )
-        tokenizer = _load_tokenizer(path, manifest)
+        manifest, corpus, index, tokenizer = load_retriever_parts(path, expected_dim, expected_num_blocks, mmap)
         retriever = cls(
             corpus,
             index,
             tokenizer=tokenizer,
-            index_type=manifest.get("index_type", "Flat"),
             max_block_length=manifest.get("max_block_length"),
             embedder_fingerprint=manifest.get("embedder_fingerprint"),
             next_block_id=manifest.get("next_block_id"),
         )
-        if hasattr(index, "id_map"):
-            index_ids = faiss.vector_to_array(index.id_map)
-            if not np.array_equal(np.sort(index_ids), retriever._sorted_ids):
-                raise ValueError(f"The ids in {index_path} do not match the corpus's block ids. {_REBUILD_HINT}")
-        if mmapped:
-            stat = os.stat(index_path)
-            retriever._index_source = (index_path, stat.st_ino, stat.st_mtime)
         if embedder is not None:
             retriever.check_embedder(embedder)
         if use_gpu:
             retriever.to_gpu()
         return retriever
-
-    # ---------------------------------------------------------------------------------------------------------------
-    # Legacy checkpoints
-    # ---------------------------------------------------------------------------------------------------------------
 
     @classmethod
     def from_legacy(
@@ -1197,42 +880,10 @@ class RealmRetriever:
             embedder (*optional*): The checkpoint's embedder, to record its fingerprint in the manifest.
         """
         legacy_dir = os.fspath(legacy_dir)
-        records_path = os.path.join(legacy_dir, LEGACY_BLOCK_RECORDS)
-        if not os.path.isfile(records_path):
-            raise OSError(
-                f"{legacy_dir} has no {LEGACY_BLOCK_RECORDS}: not a legacy RealmForOpenQA checkpoint directory."
-            )
-        allowed = allow_pickle or os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes")
-        if not allowed:
-            raise ValueError(
-                f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
-                "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
-                f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
-                "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
-            )
-        if block_emb is None:
-            block_emb = load_legacy_block_emb(legacy_dir)
-            if block_emb is None:
-                raise OSError(
-                    f"No `{LEGACY_BLOCK_EMB_KEY}` tensor found in {legacy_dir} (model.safetensors or pytorch_model.bin): "
-                    "pass `block_emb=` explicitly."
-                )
-        if isinstance(block_emb, torch.Tensor):
-            block_emb = block_emb.detach().to("cpu")
-            block_emb = block_emb.numpy() if block_emb.dtype == torch.float32 else block_emb.float().numpy()
-        block_emb = np.asarray(block_emb, dtype=np.float32)
-        records = np.load(records_path, allow_pickle=True)
-        if records.ndim != 1 or len(records) != len(block_emb):
-            raise ValueError(
-                f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
-            )
-        texts = _decode_legacy_records(records)
-        del records
+        legacy_dir = os.fspath(legacy_dir)
+        columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
         if tokenizer is None:
             tokenizer = _try_load_tokenizer(legacy_dir)
-        n = len(texts)
-        block_ids = np.arange(n, dtype=np.int64)
-        columns = {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}
         return cls._build(
             columns,
             block_emb,

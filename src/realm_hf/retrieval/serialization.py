@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
 import os
 import re
 import shutil
+import tempfile
 
 import datasets
+import faiss
+import numpy as np
 import pyarrow as pa
 
-from ..constants import FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
-from .corpus import _check_corpus_columns
+from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
+from .corpus import BlockCorpus, _check_corpus_columns
+from .index import BlockIndex, read_index_checked
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +202,116 @@ def _load_tokenizer(path: str, manifest: dict):
     if tokenizer_dir is None or not os.path.isdir(os.path.join(path, tokenizer_dir)):
         return None
     return _try_load_tokenizer(os.path.join(path, tokenizer_dir))
+
+
+def build_manifest(retriever) -> dict:
+    """The manifest of `retriever` as `save_pretrained` writes it (without the file entries and sizes)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "library": "realm-hf",
+        "realm_hf_version": _realm_hf_version(),
+        "faiss_version": getattr(faiss, "__version__", "unknown"),
+        "index_type": retriever.index_type,
+        "metric": "inner_product",
+        "embedding_dim": retriever.embedding_dim,
+        "num_blocks": retriever.num_blocks,
+        "next_block_id": retriever.next_block_id,
+        "max_block_length": retriever.max_block_length,
+        "embedder_fingerprint": retriever.embedder_fingerprint,
+        "columns": retriever.corpus.column_names,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard_size) -> None:
+    """
+    Write `retriever`'s corpus, index, tokenizer and manifest into a temporary sibling of their final place, then
+    swap each entry in (the manifest last); see [`RealmRetriever.save_pretrained`]. The caller holds its lock.
+    """
+    if corpus_format not in ("arrow", "parquet"):
+        raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
+    os.makedirs(save_directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".tmp-retriever-", dir=save_directory)
+    try:
+        corpus_dir = os.path.join(staging, CORPUS_DIR)
+        if corpus_format == "arrow":
+            retriever.corpus.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
+        else:
+            _save_parquet_shards(retriever.corpus, corpus_dir, max_shard_size)
+        index_path = os.path.join(staging, INDEX_NAME)
+        faiss.write_index(retriever._index.cpu_index(), index_path)
+        if retriever.tokenizer is not None:
+            retriever.tokenizer.save_pretrained(os.path.join(staging, TOKENIZER_DIR))
+        manifest = build_manifest(retriever)
+        manifest.update(
+            corpus_format=corpus_format,
+            corpus_dir=CORPUS_DIR,
+            index_file=INDEX_NAME,
+            index_file_size=os.path.getsize(index_path),
+            tokenizer_dir=TOKENIZER_DIR if retriever.tokenizer is not None else None,
+        )
+        with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.write("\n")
+        _swap_into_place(staging, save_directory, [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME])
+        if retriever._index.source is not None:
+            # The mmapped index's file may just have been replaced by an identical copy: track the new one.
+            retriever._index.track_file(os.path.join(save_directory, INDEX_NAME))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_retriever_parts(
+    path: str, expected_dim: int | None = None, expected_num_blocks: int | None = None, mmap: bool = True
+) -> tuple[dict, BlockCorpus, BlockIndex, object]:
+    """
+    Read and check a saved retriever directory: the manifest against the model's expectations, the index and the
+    corpus against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`.
+    """
+    manifest = _read_manifest(path)
+    dim = int(manifest["embedding_dim"])
+    num_blocks = int(manifest["num_blocks"])
+    if expected_dim is not None and int(expected_dim) != dim:
+        raise ValueError(
+            f"The corpus in {path} holds {dim}-d embeddings (built with an embedder of projection size {dim}), but "
+            f"the model expects {expected_dim}-d embeddings (config.retriever_proj_size). Use the corpus built "
+            "for this model, or re-embed it with `retriever.embed_corpus(embedder)`."
+        )
+    if expected_num_blocks is not None and int(expected_num_blocks) != num_blocks:
+        raise ValueError(
+            f"The corpus in {path} has {num_blocks} blocks but {expected_num_blocks} were expected "
+            "(e.g. config.num_block_records). Use the corpus that belongs to this model."
+        )
+
+    index_path = os.path.join(path, manifest.get("index_file", INDEX_NAME))
+    expected_size = manifest.get("index_file_size")
+    if expected_size is not None and os.path.isfile(index_path) and os.path.getsize(index_path) != expected_size:
+        raise ValueError(
+            f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
+            f"file is truncated or from another corpus. {_REBUILD_HINT}"
+        )
+    index, mmapped = read_index_checked(index_path, mmap=mmap, how_to_fix=_REBUILD_HINT)
+    if index.d != dim:
+        raise ValueError(
+            f"{index_path} is a {index.d}-d index but the manifest says {dim}: the index belongs to another corpus "
+            f"or embedder. {_REBUILD_HINT}"
+        )
+    if index.ntotal != num_blocks:
+        raise ValueError(
+            f"{index_path} holds {index.ntotal} vectors but the manifest says {num_blocks} blocks. {_REBUILD_HINT}"
+        )
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise ValueError(f"{index_path} is not an inner-product index (metric {index.metric_type}). {_REBUILD_HINT}")
+
+    dataset = _load_corpus(os.path.join(path, manifest.get("corpus_dir", CORPUS_DIR)), manifest, mmap)
+    if len(dataset) != num_blocks:
+        raise ValueError(
+            f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
+        )
+    corpus = BlockCorpus(dataset)
+    if hasattr(index, "id_map"):
+        index_ids = faiss.vector_to_array(index.id_map)
+        if not np.array_equal(np.sort(index_ids), corpus.sorted_ids):
+            raise ValueError(f"The ids in {index_path} do not match the corpus's block ids. {_REBUILD_HINT}")
+    block_index = BlockIndex(index, manifest.get("index_type", "Flat"), source=index_path if mmapped else None)
+    return manifest, corpus, block_index, _load_tokenizer(path, manifest)
