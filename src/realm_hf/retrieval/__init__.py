@@ -1,18 +1,27 @@
 """REALM's knowledge corpus split by job: chunking, block encoding, corpus, FAISS index, serialization, legacy."""
 
-from .chunking import block_spans, split_documents
-from .encoding import embed_blocks, fingerprint_module
-from .legacy import convert_legacy_checkpoint, load_legacy_block_emb
-from .retriever import RealmIndexState, RealmRetriever, RealmSearchOutput
+import importlib
 
-__all__ = [
-    "RealmIndexState",
-    "RealmRetriever",
-    "RealmSearchOutput",
-    "block_spans",
-    "convert_legacy_checkpoint",
-    "embed_blocks",
-    "fingerprint_module",
-    "load_legacy_block_emb",
-    "split_documents",
-]
+# Names resolved on first use, so that `realm_hf.retrieval.legacy` (used by model code) loads without faiss/datasets.
+_EXPORTS = {
+    "RealmIndexState": "retriever",
+    "RealmRetriever": "retriever",
+    "RealmSearchOutput": "retriever",
+    "block_spans": "chunking",
+    "convert_legacy_checkpoint": "legacy",
+    "embed_blocks": "encoding",
+    "fingerprint_module": "encoding",
+    "load_legacy_block_emb": "legacy",
+    "pickle_allowed": "legacy",
+    "split_documents": "chunking",
+    "tokenize_blocks": "encoding",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+__all__ = sorted(_EXPORTS)

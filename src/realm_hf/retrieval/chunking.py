@@ -8,11 +8,12 @@ from collections.abc import Iterator, Mapping
 import datasets
 import numpy as np
 
+from ..sentences import sentence_spans
+
 logger = logging.getLogger(__name__)
 
 # Columns the retriever manages itself; any other document field is kept as block metadata.
 _RESERVED_COLUMNS = ("block_id", "doc_id", "title", "text", "char_start", "char_end", "embeddings")
-_SENTENCE_END = frozenset(".!?")
 
 
 def _require_offsets(tokenizer) -> None:
@@ -30,8 +31,8 @@ def block_spans(
     Split `text` into blocks that fit, together with `title`, in `max_block_length` wordpieces as the embedder sees
     them: `[CLS] title [SEP] block [SEP]`.
 
-    Blocks end at sentence ends (`.`, `!`, `?` or a line break) when one falls in the second half of the wordpiece
-    budget, otherwise at the last word boundary; a block never starts inside a word (with a `##` wordpiece) unless a
+    Blocks end at sentence ends ([`~realm_hf.sentences.sentence_spans`]: `.`, `!`, `?` before a capital, or a
+    line break) when one falls in the second half of the wordpiece budget, otherwise at the last word boundary; a block never starts inside a word (with a `##` wordpiece) unless a
     single word is longer than a whole block. Block texts are slices of `text` (via the tokenizer's offsets, not
     `decode`), so casing, accents and punctuation are kept.
 
@@ -77,12 +78,10 @@ def block_spans(
     word_start = np.zeros(n + 1, dtype=bool)
     word_start[1:n] = (word_ids[1:] != word_ids[:-1]) | (word_ids[1:] < 0)
     word_start[n] = True
-    # ... and a sentence boundary when the previous token ends a sentence or a line break separates the two.
+    # ... and a sentence boundary when token i starts a sentence (the package's one sentence rule, sentences.py).
     sentence_start = np.zeros(n + 1, dtype=bool)
-    prev_text = [text[a:b] for a, b in zip(starts[:-1], ends[:-1])]
-    ends_sentence = np.array([t in _SENTENCE_END for t in prev_text], dtype=bool)
-    line_break = np.array(["\n" in text[a:b] for a, b in zip(ends[:-1], starts[1:])], dtype=bool)
-    sentence_start[1:n] = word_start[1:n] & (ends_sentence | line_break)
+    first_chars = np.array([start for start, _ in sentence_spans(text)], dtype=np.int64)
+    sentence_start[1:n] = word_start[1:n] & np.isin(starts[1:], first_chars)
     sentence_start[n] = True
     sentence_cuts = np.flatnonzero(sentence_start)
     word_cuts = np.flatnonzero(word_start)

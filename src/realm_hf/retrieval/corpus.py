@@ -230,7 +230,9 @@ class BlockCorpus:
         base = self.dataset.remove_columns(["embeddings"])
         if base._indices is not None:
             base = base.flatten_indices()  # horizontal concatenation needs plain tables
-        column = datasets.Dataset(datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)})))
+        column = datasets.Dataset(
+            datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)}))
+        )
         return datasets.concatenate_datasets([base, column], axis=1)
 
     def appended(self, columns: dict, embeddings: np.ndarray) -> datasets.Dataset:

@@ -71,6 +71,54 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
         return contextlib.nullcontext()
 
 
+def default_block_length(tokenizer, max_length: int | None = None) -> int:
+    """`max_length`, or else the tokenizer's `model_max_length` capped at 512 (BERT's position embeddings)."""
+    if max_length is not None:
+        return int(max_length)
+    return min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512)
+
+
+def tokenize_blocks(
+    tokenizer,
+    titles: Sequence[str | None] | None,
+    texts: Sequence[str],
+    max_length: int | None = None,
+    padding: bool = False,
+    return_tensors: str | None = None,
+):
+    """
+    Tokenize blocks as the index embeds them: `tokenizer(titles, texts, truncation=True, max_length=max_length)`,
+    i.e. `[CLS] title [SEP] text [SEP]` (an empty title gives `[CLS] [SEP] text [SEP]`). Every place that embeds a
+    block (indexing, re-scoring with the live document embedder, pre-training, ICT) must tokenize it this way, or
+    fresh scores and the index disagree for reasons other than training.
+
+    Args:
+        tokenizer: A BERT WordPiece tokenizer.
+        titles (`Sequence[str]`, *optional*): Block titles (`None` entries, or `None` for all, are empty titles).
+        texts (`Sequence[str]`): Block texts.
+        max_length (`int`, *optional*): Truncation length; defaults to the tokenizer's `model_max_length` (max 512).
+        padding (`bool`, defaults to `False`): Pad to the longest block.
+        return_tensors (`str`, *optional*): `"pt"` for tensors.
+
+    Returns:
+        `BatchEncoding` with `input_ids`, `attention_mask` and `token_type_ids`.
+    """
+    texts = list(texts)
+    titles = [""] * len(texts) if titles is None else [title or "" for title in titles]
+    if len(titles) != len(texts):
+        raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
+    return tokenizer(
+        titles,
+        texts,
+        padding=padding,
+        truncation=True,
+        max_length=default_block_length(tokenizer, max_length),
+        return_token_type_ids=True,
+        return_tensors=return_tensors,
+        verbose=False,
+    )
+
+
 def embed_blocks(
     embedder: torch.nn.Module,
     tokenizer,
@@ -84,7 +132,7 @@ def embed_blocks(
 ) -> torch.FloatTensor:
     """
     Embed `(title, text)` blocks as the legacy REALM document embedder did:
-    `embedder(**tokenizer(titles, texts, padding=True, truncation=True, max_length=...)).projected_score`.
+    `embedder(**tokenize_blocks(tokenizer, titles, texts, max_length)).projected_score` (see [`tokenize_blocks`]).
 
     Blocks are sorted by length (longest first) and batched, so a batch pads only to its own longest block; the
     result is returned in the original order.
@@ -109,14 +157,9 @@ def embed_blocks(
     from tqdm.auto import tqdm
 
     texts = list(texts)
-    titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
-    if len(titles) != len(texts):
-        raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
     if not texts:
         raise ValueError("No blocks to embed: the corpus is empty.")
-    if max_length is None:
-        max_length = min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512)
-    encoded = tokenizer(titles, texts, padding=False, truncation=True, max_length=max_length, verbose=False)
+    encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length)
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
     lengths = np.array([len(ids) for ids in encoded["input_ids"]])
     order = np.argsort(-lengths, kind="stable")

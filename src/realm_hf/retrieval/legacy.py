@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..constants import ALLOW_PICKLE_ENV, LEGACY_BLOCK_EMB_KEY, LEGACY_BLOCK_RECORDS
+from ..reader_inputs import find_answer_spans
 
 # Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
 _DECODE_CHUNK_ROWS = 1 << 20
@@ -83,7 +84,9 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
     block_emb = np.asarray(block_emb, dtype=np.float32)
     records = np.load(records_path, allow_pickle=True)
     if records.ndim != 1 or len(records) != len(block_emb):
-        raise ValueError(f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows.")
+        raise ValueError(
+            f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
+        )
     texts = _decode_legacy_records(records)
     del records
     n = len(texts)
@@ -107,15 +110,7 @@ def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answe
     sep = tokenizer.sep_token_id
     has_answers, start_pos, end_pos = [], [], []
     for ids in concat_inputs["input_ids"]:
-        ids = list(ids)
-        first_sep = ids.index(sep)
-        second_sep = first_sep + 1 + ids[first_sep + 1 :].index(sep)
-        starts, ends = [], []
-        for answer in answer_ids:
-            for idx in range(first_sep + 1, second_sep):
-                if ids[idx] == answer[0] and ids[idx : idx + len(answer)] == list(answer):
-                    starts.append(idx)
-                    ends.append(idx + len(answer) - 1)
+        starts, ends = find_answer_spans(list(ids), answer_ids, sep)
         has_answers.append(bool(starts))
         start_pos.append(starts)
         end_pos.append(ends)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
+from ..file_utils import swap_into_place
 from .corpus import BlockCorpus, _check_corpus_columns
 from .index import BlockIndex, read_index_checked
 
@@ -56,36 +57,6 @@ def _save_parquet_shards(corpus: datasets.Dataset, corpus_dir: str, max_shard_si
     for i in range(num_shards):
         shard = corpus.shard(num_shards, i, contiguous=True)
         shard.to_parquet(os.path.join(corpus_dir, f"data-{i:05d}-of-{num_shards:05d}.parquet"))
-
-
-def _swap_into_place(staging: str, target: str, names: list[str]) -> None:
-    """
-    Move `staging/<name>` to `target/<name>` for each name (the manifest last), replacing what is there. Old
-    entries are first moved aside inside `staging` (deleted with it afterwards); on any failure the moves are undone,
-    so the target keeps its previous complete content.
-    """
-    done: list[tuple[str, str | None]] = []  # (target path, where its old version was moved, or None)
-    try:
-        for name in names:
-            new = os.path.join(staging, name)
-            dest = os.path.join(target, name)
-            old_aside = None
-            if os.path.lexists(dest):
-                old_aside = os.path.join(staging, f".old-{name}")
-                os.replace(dest, old_aside)
-            done.append((dest, old_aside))
-            if os.path.lexists(new):
-                os.replace(new, dest)
-    except BaseException:
-        for dest, old_aside in reversed(done):
-            if os.path.lexists(dest):
-                if os.path.isdir(dest) and not os.path.islink(dest):
-                    shutil.rmtree(dest, ignore_errors=True)
-                else:
-                    os.remove(dest)
-            if old_aside is not None:
-                os.replace(old_aside, dest)
-        raise
 
 
 def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_type, cache_dir, token) -> str:
@@ -253,7 +224,7 @@ def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard
         with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
             f.write("\n")
-        _swap_into_place(staging, save_directory, [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME])
+        swap_into_place(staging, save_directory, [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME])
         if retriever._index.source is not None:
             # The mmapped index's file may just have been replaced by an identical copy: track the new one.
             retriever._index.track_file(os.path.join(save_directory, INDEX_NAME))
