@@ -32,6 +32,17 @@ from .serialization import (
 logger = logging.getLogger(__name__)
 
 
+def _split_and_embed(documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, **embed_kwargs):
+    """Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`."""
+    columns = split_documents(documents, tokenizer, max_block_length, first_doc_id=first_doc_id)
+    if not columns["text"]:
+        raise ValueError(empty_message)
+    embeddings = embed_blocks(
+        embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
+    )
+    return columns, embeddings.numpy()
+
+
 @dataclass
 class RealmSearchOutput(ModelOutput):
     """
@@ -358,20 +369,18 @@ class RealmRetriever:
             use_gpu (`bool`, defaults to `False`): Put the index on GPU (needs faiss-gpu: `pip install realm-hf[gpu]`;
                 falls back to CPU with a warning).
         """
-        columns = split_documents(documents, tokenizer, max_block_length)
-        if not columns["text"]:
-            raise ValueError("No blocks to index: the documents are empty (no document has any text).")
-        embeddings = embed_blocks(
+        columns, embeddings = _split_and_embed(
+            documents,
             embedder,
             tokenizer,
-            columns["title"],
-            columns["text"],
+            max_block_length,
+            0,
+            "No blocks to index: the documents are empty (no document has any text).",
             batch_size=batch_size,
             device=device,
             dtype=dtype,
             show_progress=show_progress,
-            max_length=max_block_length,
-        ).numpy()
+        )
         columns = {"block_id": np.arange(len(columns["text"]), dtype=np.int64), **columns}
         return cls._build(
             columns,
@@ -643,20 +652,18 @@ class RealmRetriever:
             )
         max_block_length = self.max_block_length or 288
         first_doc_id = self._corpus.next_doc_id(fallback=self._next_block_id)
-        columns = split_documents(documents, self.tokenizer, max_block_length, first_doc_id=first_doc_id)
-        if not columns["text"]:
-            raise ValueError("No blocks to add: the documents are empty.")
-        embeddings = embed_blocks(
+        columns, embeddings = _split_and_embed(
+            documents,
             embedder,
             self.tokenizer,
-            columns["title"],
-            columns["text"],
+            max_block_length,
+            first_doc_id,
+            "No blocks to add: the documents are empty.",
             batch_size=batch_size,
             device=device,
             dtype=dtype,
             show_progress=show_progress,
-            max_length=max_block_length,
-        ).numpy()
+        )
         return self._add_blocks(columns, embeddings)
 
     def _add_blocks(self, columns: dict, embeddings: np.ndarray) -> list[int]:
