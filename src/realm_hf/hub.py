@@ -27,23 +27,15 @@ from typing import Any
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
+from .constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+
 logger = logging.getLogger(__name__)
 
-# Kept equal to modeling_realm.RETRIEVER_SUBFOLDER; not imported from there so this module loads without torch models.
-RETRIEVER_SUBFOLDER = "retriever"
-RETRIEVER_MANIFEST_NAME = "retriever_manifest.json"
+# The manifest's name, under the name this module always exported.
+RETRIEVER_MANIFEST_NAME = MANIFEST_NAME
 
 # Config fields that point a model at a retriever stored in another repo (or local directory).
 REFERENCE_FIELDS = ("retriever_repo_id", "retriever_revision", "retriever_repo_type", "retriever_subfolder")
-
-
-def _manifest_name() -> str:
-    try:  # follow the retriever module if it names its manifest differently
-        from .retrieval_realm import MANIFEST_NAME
-
-        return MANIFEST_NAME
-    except ImportError:
-        return RETRIEVER_MANIFEST_NAME
 
 
 def _offline() -> bool:
@@ -87,7 +79,7 @@ def download_retriever(
         `OSError`: Offline (`HF_HUB_OFFLINE=1` or `local_files_only=True`) and the retriever is not in the cache.
     """
     subfolder = (subfolder or "").strip("/")
-    manifest = f"{subfolder}/{_manifest_name()}" if subfolder else _manifest_name()
+    manifest = f"{subfolder}/{MANIFEST_NAME}" if subfolder else MANIFEST_NAME
     kwargs = {"repo_type": repo_type, "cache_dir": cache_dir}
     try:
         manifest_file = hf_hub_download(
@@ -203,7 +195,7 @@ def load_referenced_retriever(
     if local is None:
         raise OSError(
             f"The model config references the retriever repo {repo_id!r}, but it holds no "
-            f"{_manifest_name()} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
+            f"{MANIFEST_NAME} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
         )
     return _retriever_from_dir(model, local)
 
@@ -404,7 +396,7 @@ def push_corpus_to_hub(
             revision=revision,
             create_pr=create_pr,
             # Stale shards of an earlier push must not survive next to the new manifest.
-            delete_patterns=[f"{path_in_repo}/*"] if path_in_repo else ["corpus/*", "tokenizer/*"],
+            delete_patterns=[f"{path_in_repo}/*"] if path_in_repo else [f"{CORPUS_DIR}/*", f"{TOKENIZER_DIR}/*"],
         )
 
 

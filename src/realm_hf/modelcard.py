@@ -20,11 +20,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+from .constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from .file_utils import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -172,11 +174,11 @@ def write_model_card(save_directory: str | os.PathLike, model=None, retriever=No
     if kwargs.get("existing_readme") is None and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             kwargs["existing_readme"] = f.read()
-    manifest_file = os.path.join(save_directory, "retriever", "retriever_manifest.json")
+    manifest_file = os.path.join(save_directory, RETRIEVER_SUBFOLDER, MANIFEST_NAME)
     if retriever is not None and kwargs.get("retriever_manifest") is None and os.path.isfile(manifest_file):
         with open(manifest_file, encoding="utf-8") as f:
             kwargs["retriever_manifest"] = json.load(f)
-    _atomic_write(path, generate_model_card(model=model, retriever=retriever, **kwargs))
+    atomic_write_text(path, generate_model_card(model=model, retriever=retriever, **kwargs))
     return path
 
 
@@ -255,11 +257,11 @@ def write_corpus_card(save_directory: str | os.PathLike, retriever, **kwargs) ->
     if kwargs.get("existing_readme") is None and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             kwargs["existing_readme"] = f.read()
-    manifest_file = os.path.join(save_directory, kwargs.get("subfolder") or "", "retriever_manifest.json")
+    manifest_file = os.path.join(save_directory, kwargs.get("subfolder") or "", MANIFEST_NAME)
     if kwargs.get("manifest") is None and os.path.isfile(manifest_file):
         with open(manifest_file, encoding="utf-8") as f:
             kwargs["manifest"] = json.load(f)
-    _atomic_write(path, generate_corpus_card(retriever, **kwargs))
+    atomic_write_text(path, generate_corpus_card(retriever, **kwargs))
     return path
 
 
@@ -361,7 +363,11 @@ def _model_details(model) -> str:
 
 
 def _corpus_section(
-    retriever, source: str | None = None, manifest: Mapping | None = None, reference=None, prefix: str = "retriever/"
+    retriever,
+    source: str | None = None,
+    manifest: Mapping | None = None,
+    reference=None,
+    prefix: str = f"{RETRIEVER_SUBFOLDER}/",
 ) -> str:
     info = corpus_info(retriever, manifest)
     if not info:
@@ -635,20 +641,6 @@ def _render(template_name: str, metadata: dict, sections: dict, previous: _Parse
 # --------------------------------------------------------------------------------------------------------------------
 # Small helpers
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def _atomic_write(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".README.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _table(header: tuple[str, ...], rows: list[tuple]) -> str:

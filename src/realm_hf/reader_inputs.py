@@ -77,8 +77,11 @@ def tokenize_answers(tokenizer, answers: Sequence[Sequence[str]]) -> list[list[l
     ]
 
 
-def _find_answer_spans(input_ids: list[int], answers: list[list[int]], sep_token_id: int) -> tuple[list, list]:
-    # As the legacy retriever: search only the block segment, between the first and second [SEP].
+def find_answer_spans(input_ids: list[int], answers: list[list[int]], sep_token_id: int) -> tuple[list, list]:
+    """
+    Token positions `(starts, ends)` of every occurrence of every answer (wordpiece ids) in the block segment of a
+    `[CLS] question [SEP] block [SEP]` pair, between the first and second `[SEP]`, as the legacy retriever searched.
+    """
     first_sep = input_ids.index(sep_token_id)
     try:
         second_sep = first_sep + 1 + input_ids[first_sep + 1 :].index(sep_token_id)
@@ -86,6 +89,7 @@ def _find_answer_spans(input_ids: list[int], answers: list[list[int]], sep_token
         second_sep = first_sep + 1
     starts, ends = [], []
     for answer in answers:
+        answer = list(answer)
         width = len(answer)
         first = answer[0]
         for idx in range(first_sep + 1, second_sep):
@@ -162,7 +166,7 @@ def build_reader_inputs(
 
     has_answers, all_starts, all_ends = [], [], []
     for row, ids in enumerate(encoded["input_ids"]):
-        starts, ends = _find_answer_spans(list(ids), answer_ids[row // k], tokenizer.sep_token_id)
+        starts, ends = find_answer_spans(list(ids), answer_ids[row // k], tokenizer.sep_token_id)
         has_answers.append(bool(starts))
         all_starts.append(starts)
         all_ends.append(ends)

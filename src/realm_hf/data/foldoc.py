@@ -12,11 +12,12 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..file_utils import atomic_write
 from ..metrics import has_answer, normalize_answer
+from ..sentences import sentence_spans as split_sentences  # public here too: FOLDOC code splits with it
 
 __all__ = [
     "DEFAULT_DICT_PATH",
@@ -377,26 +378,14 @@ def write_foldoc_jsonl(entries: Iterable[dict], path: str | os.PathLike) -> None
         entries (`Iterable[dict]`): Entries as [`parse_foldoc`] returns them.
         path (`str` or `os.PathLike`): Destination.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as f:
-                    for entry in entries:
-                        f.write((json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
-            else:
+    with atomic_write(path, "wb") as raw:
+        if Path(path).name.endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as f:
                 for entry in entries:
-                    raw.write((json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
-        # mkstemp creates the file readable by its owner only; give it the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+                    f.write((json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+        else:
+            for entry in entries:
+                raw.write((json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
 
 
 def load_foldoc(path: str | os.PathLike | None = None, source: str = "auto") -> list[dict]:
@@ -437,49 +426,6 @@ def load_foldoc(path: str | os.PathLike | None = None, source: str = "auto") -> 
             )
         return parse_foldoc()
     return _read_jsonl(EXTRACT_PATH)
-
-
-# Abbreviations after which a period does not end a sentence (FOLDOC writes "e.g." and "i.e." a lot).
-_ABBREVIATIONS = frozenset(
-    "e.g i.e etc cf vs al inc ltd corp co dr mr mrs ms prof st no vol fig approx ca jr sr dept univ ed eds".split()
-)
-_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str) -> list[tuple[int, int]]:
-    """
-    Split text into sentences with a rule-based splitter: a sentence ends at `.`, `!` or `?` followed by whitespace
-    and an upper-case letter or digit, except after common abbreviations ("e.g.", "Inc."), initials ("D. Howe") and
-    numbered-list markers ("1."). Newlines always end a sentence.
-
-    Args:
-        text (`str`): The text.
-
-    Returns:
-        `list[tuple[int, int]]`: `(start, end)` character offsets of each sentence, without surrounding whitespace.
-    """
-    spans = []
-    offset = 0
-    for paragraph in text.split("\n"):
-        start = 0
-        for m in _SENTENCE_END.finditer(paragraph):
-            before = paragraph[start : m.start()].split()
-            word = before[-1].lower().lstrip("(\"'") if before else ""
-            if word in _ABBREVIATIONS or re.fullmatch(r"[a-z]|(?:[a-z]\.)+[a-z]", word):
-                continue
-            if word.isdigit() and len(before) == 1:
-                continue
-            end = m.start() + len(m.group(0).rstrip())
-            spans.append((offset + start, offset + end))
-            start = m.end()
-        # Leading whitespace cannot occur in parsed FOLDOC text, but other callers may pass it.
-        while start < len(paragraph) and paragraph[start].isspace():
-            start += 1
-        tail_end = len(paragraph.rstrip())
-        if tail_end > start:
-            spans.append((offset + start, offset + tail_end))
-        offset += len(paragraph) + 1
-    return spans
 
 
 def _word_count(s: str) -> int:

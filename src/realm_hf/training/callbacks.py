@@ -13,6 +13,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from ..file_utils import atomic_write
+
 logger = logging.getLogger(__name__)
 
 REINDEX_STATE_NAME = "reindex_state.json"
@@ -215,7 +218,7 @@ class RealmReindexCallback(TrainerCallback):
 
     def _build(self, snapshot, rank: int, world_size: int):
         """Worker: embed this process's share of the corpus, gather the shares, build the new index state."""
-        from ..retrieval_realm import fingerprint_module
+        from ..retrieval.encoding import fingerprint_module
 
         num_blocks = len(self.retriever)
         bounds = [num_blocks * r // world_size for r in range(world_size + 1)]
@@ -305,14 +308,14 @@ class RealmReindexCallback(TrainerCallback):
             saved_by_model = (
                 model is not None and getattr(unwrap_realm_model(model), "retriever", None) is self.retriever
             )
-            already_there = os.path.isfile(os.path.join(checkpoint, "retriever", "retriever_manifest.json"))
+            already_there = os.path.isfile(os.path.join(checkpoint, RETRIEVER_SUBFOLDER, MANIFEST_NAME))
             self.save_checkpoint(checkpoint, save_retriever=not (saved_by_model and already_there))
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.save_with_checkpoints and state.global_step > 0:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            if os.path.isdir(os.path.join(checkpoint, "retriever")):
+            if os.path.isdir(os.path.join(checkpoint, RETRIEVER_SUBFOLDER)):
                 self.load_checkpoint(checkpoint)
             else:
                 logger.warning(
@@ -355,23 +358,21 @@ class RealmReindexCallback(TrainerCallback):
     def save_checkpoint(self, checkpoint_dir: str, save_retriever: bool = True) -> None:
         """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
         if save_retriever:
-            self.retriever.save_pretrained(os.path.join(checkpoint_dir, "retriever"))
+            self.retriever.save_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
         state = {
             "refresh_count": self.refresh_count,
             "failed_refreshes": self.failed_refreshes,
             "last_refresh_step": self.last_refresh_step,
             "refresh_steps": self.refresh_steps,
         }
-        tmp = os.path.join(checkpoint_dir, f".{REINDEX_STATE_NAME}.tmp")
-        with open(tmp, "w") as f:
+        with atomic_write(os.path.join(checkpoint_dir, REINDEX_STATE_NAME)) as f:
             json.dump(state, f, indent=2)
-        os.replace(tmp, os.path.join(checkpoint_dir, REINDEX_STATE_NAME))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         """Restore the index saved in a checkpoint directory into the live retriever."""
-        from ..retrieval_realm import RealmRetriever
+        from ..retrieval import RealmRetriever
 
-        saved = RealmRetriever.from_pretrained(os.path.join(checkpoint_dir, "retriever"))
+        saved = RealmRetriever.from_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
         self.retriever.swap_index_state(saved.export_index_state())
         state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
         if os.path.exists(state_file):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,16 +14,9 @@ from transformers.utils import ModelOutput
 
 from ..configuration_realm import RealmConfig
 from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
+from ..sentences import split_sentences
 
 logger = logging.getLogger(__name__)
-
-# A sentence ends at . ! or ? (optionally followed by closing quotes/brackets) before whitespace.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+")
-
-
-def split_sentences(text: str) -> list[str]:
-    """A simple, dependency-free sentence splitter: breaks after `.`, `!` or `?` followed by whitespace."""
-    return [sentence.strip() for sentence in _SENTENCE_END.split(text or "") if sentence and sentence.strip()]
 
 
 class DataCollatorForInverseClozeTask:
@@ -114,10 +106,15 @@ class DataCollatorForInverseClozeTask:
             return_token_type_ids=True,
             return_tensors="pt",
         )
-        from ..modeling_pretraining import encode_blocks  # same block layout as retrieval and pre-training
+        from ..retrieval.encoding import tokenize_blocks  # the block layout of retrieval and pre-training
 
-        blocks = encode_blocks(
-            self.tokenizer, [pair["title"] for pair in pairs], [pair["block"] for pair in pairs], self.max_block_length
+        blocks = tokenize_blocks(
+            self.tokenizer,
+            [pair["title"] for pair in pairs],
+            [pair["block"] for pair in pairs],
+            max_length=self.max_block_length,
+            padding=True,
+            return_tensors="pt",
         )
         batch = {
             "input_ids": queries["input_ids"],

@@ -1,0 +1,30 @@
+"""Folder, file and environment-variable names shared by the modules that save, load and publish REALM models."""
+
+# Where a RealmForOpenQA directory (or Hub repo) keeps its corpus, index and manifest.
+RETRIEVER_SUBFOLDER = "retriever"
+
+# Entries of a retriever directory (RealmRetriever.save_pretrained).
+MANIFEST_NAME = "retriever_manifest.json"
+INDEX_NAME = "index.faiss"
+CORPUS_DIR = "corpus"
+TOKENIZER_DIR = "tokenizer"
+FORMAT_VERSION = 1
+
+# Files of a legacy (transformers 4) RealmForOpenQA checkpoint.
+LEGACY_BLOCK_RECORDS = "block_records.npy"
+LEGACY_BLOCK_EMB_KEY = "block_emb"
+
+# Setting it to 1/true/yes allows unpickling legacy block_records.npy files.
+ALLOW_PICKLE_ENV = "REALM_HF_ALLOW_PICKLE"
+
+__all__ = [
+    "ALLOW_PICKLE_ENV",
+    "CORPUS_DIR",
+    "FORMAT_VERSION",
+    "INDEX_NAME",
+    "LEGACY_BLOCK_EMB_KEY",
+    "LEGACY_BLOCK_RECORDS",
+    "MANIFEST_NAME",
+    "RETRIEVER_SUBFOLDER",
+    "TOKENIZER_DIR",
+]

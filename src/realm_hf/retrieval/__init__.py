@@ -1,0 +1,27 @@
+"""REALM's knowledge corpus split by job: chunking, block encoding, corpus, FAISS index, serialization, legacy."""
+
+import importlib
+
+# Names resolved on first use, so that `realm_hf.retrieval.legacy` (used by model code) loads without faiss/datasets.
+_EXPORTS = {
+    "RealmIndexState": "retriever",
+    "RealmRetriever": "retriever",
+    "RealmSearchOutput": "retriever",
+    "block_spans": "chunking",
+    "convert_legacy_checkpoint": "legacy",
+    "embed_blocks": "encoding",
+    "fingerprint_module": "encoding",
+    "load_legacy_block_emb": "legacy",
+    "pickle_allowed": "legacy",
+    "split_documents": "chunking",
+    "tokenize_blocks": "encoding",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+__all__ = sorted(_EXPORTS)

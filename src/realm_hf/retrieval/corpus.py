@@ -1,0 +1,257 @@
+"""The block table: a `datasets.Dataset` of blocks and their embeddings, with lookup by stable block id."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Arrow string arrays have 32-bit offsets (2 GB per array): build big text columns in row chunks.
+_ARROW_CHUNK_ROWS = 1 << 20
+
+
+def _arrow_column(name: str, values, arrow_type=None) -> pa.ChunkedArray:
+    try:
+        if isinstance(values, np.ndarray) and values.dtype != object:
+            return pa.chunked_array([pa.array(values, type=arrow_type)])
+        chunks = [
+            pa.array(values[i : i + _ARROW_CHUNK_ROWS], type=arrow_type)
+            for i in range(0, len(values), _ARROW_CHUNK_ROWS)
+        ]
+        return (
+            pa.chunked_array(chunks, type=arrow_type) if chunks else pa.chunked_array([], type=arrow_type or pa.null())
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise ValueError(f"Column {name!r} has values of mixed or unsupported types: {err}") from None
+
+
+def _embedding_column(embeddings: np.ndarray) -> pa.ChunkedArray:
+    # FixedSizeList over the flat float32 buffer: zero-copy from numpy (also from a memory-mapped legacy matrix).
+    dim = embeddings.shape[1]
+    chunks = []
+    for i in range(0, len(embeddings), _ARROW_CHUNK_ROWS):
+        part = np.ascontiguousarray(embeddings[i : i + _ARROW_CHUNK_ROWS], dtype=np.float32)
+        chunks.append(pa.FixedSizeListArray.from_arrays(pa.array(part.reshape(-1)), dim))
+    return pa.chunked_array(chunks)
+
+
+def _make_corpus(columns: Mapping[str, Any], embeddings: np.ndarray, features: datasets.Features | None = None):
+    """A `datasets.Dataset` from python/numpy columns and an `[n, dim]` embedding matrix (in memory, Arrow-backed)."""
+    types = {
+        "block_id": pa.int64(),
+        "title": pa.string(),
+        "text": pa.string(),
+        "char_start": pa.int64(),
+        "char_end": pa.int64(),
+    }
+    arrays = {}
+    for name, values in columns.items():
+        arrays[name] = _arrow_column(name, values, types.get(name))
+    arrays["embeddings"] = _embedding_column(embeddings)
+    table = pa.table(arrays)
+    if features is not None:
+        table = _conform_table(table, features)
+        return datasets.Dataset(datasets.table.InMemoryTable(table), info=datasets.DatasetInfo(features=features))
+    return datasets.Dataset(datasets.table.InMemoryTable(table))
+
+
+def _conform_table(table: pa.Table, features: datasets.Features) -> pa.Table:
+    """Reorder/cast `table` to `features`' schema: missing metadata columns become nulls, extra ones are dropped."""
+    schema = features.arrow_schema
+    extra = [name for name in table.column_names if name not in schema.names]
+    if extra:
+        logger.warning("Dropping document fields %s that the existing corpus does not have.", extra)
+    arrays = []
+    for field in schema:
+        if field.name in table.column_names:
+            column = table.column(field.name)
+            try:
+                arrays.append(column.cast(field.type) if column.type != field.type else column)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+                raise ValueError(
+                    f"Column {field.name!r} of the new documents ({column.type}) does not match the corpus ({field.type}): {err}"
+                ) from None
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _check_corpus_columns(corpus: datasets.Dataset) -> None:
+    missing = [c for c in ("block_id", "title", "text", "embeddings") if c not in corpus.column_names]
+    if missing:
+        raise ValueError(
+            f"The corpus dataset lacks column(s) {missing} (has {corpus.column_names}). A retriever corpus needs "
+            "`block_id`, `title`, `text` and `embeddings`."
+        )
+
+
+def as_id_array(block_ids) -> np.ndarray:
+    """Block ids (tensor, array or list) as an int64 numpy array."""
+    if isinstance(block_ids, torch.Tensor):
+        return block_ids.detach().cpu().numpy().astype(np.int64)
+    return np.asarray(block_ids, dtype=np.int64)
+
+
+def _unflatten(flat: list, ids: np.ndarray) -> list:
+    if ids.ndim == 1:
+        return flat
+    k = ids.shape[1]
+    return [flat[i * k : (i + 1) * k] for i in range(ids.shape[0])]
+
+
+class BlockCorpus:
+    """
+    The blocks of a retriever: a `datasets.Dataset` (one row per block, `block_id`, `title`, `text`, metadata and
+    `embeddings`) and the bookkeeping that finds a block's row from its id. Never modified in place: changes build a
+    new `BlockCorpus`, so a reader holding the old one keeps a consistent view.
+
+    Args:
+        dataset (`datasets.Dataset`): The block table; its `block_id`s must be unique.
+    """
+
+    def __init__(self, dataset: datasets.Dataset):
+        _check_corpus_columns(dataset)
+        self.dataset = dataset
+        ids = dataset.with_format("numpy", columns=["block_id"])[:]["block_id"].astype(np.int64)
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
+            # Corpora we build are sorted by block_id; shared ones may not be: keep an argsort to map ids to rows.
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            if np.any(sorted_ids[1:] == sorted_ids[:-1]):
+                dup = sorted_ids[1:][sorted_ids[1:] == sorted_ids[:-1]][:5].tolist()
+                raise ValueError(f"Duplicate block ids in the corpus: {dup}. Block ids must be unique.")
+            self.sorted_ids, self._sorted_rows = sorted_ids, order
+        else:
+            self.sorted_ids, self._sorted_rows = ids, None
+        self.row_ids = ids
+        self._emb_view = dataset.with_format("numpy", columns=["embeddings"])
+        self._meta_columns = [c for c in dataset.column_names if c != "embeddings"]
+        self._meta_view = dataset.select_columns(self._meta_columns)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def dim(self) -> int | None:
+        """Dimension of the stored embeddings (`None` when the schema does not fix it)."""
+        dim = self.dataset.features["embeddings"].length
+        return None if dim in (None, -1) else int(dim)
+
+    @property
+    def max_block_id(self) -> int:
+        return int(self.sorted_ids[-1])
+
+    def rows(self, block_ids: np.ndarray) -> np.ndarray:
+        """Corpus rows of `block_ids` (any shape); -1 stays -1; unknown ids raise `KeyError`."""
+        flat = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        pos = np.searchsorted(self.sorted_ids, flat)
+        pos = np.minimum(pos, len(self.sorted_ids) - 1)
+        found = self.sorted_ids[pos] == flat
+        unknown = ~found & (flat != -1)
+        if unknown.any():
+            raise KeyError(f"Block ids not in the corpus: {flat[unknown][:10].tolist()}")
+        rows = self._sorted_rows[pos] if self._sorted_rows is not None else pos
+        return np.where(found, rows, -1).reshape(np.shape(block_ids))
+
+    def embeddings(self, block_ids, dim: int) -> np.ndarray:
+        """Stored embeddings of `block_ids`, shape `block_ids.shape + (dim,)`; zeros for id -1."""
+        ids = as_id_array(block_ids)
+        rows = self.rows(ids).reshape(-1)
+        out = np.zeros((len(rows), dim), dtype=np.float32)
+        valid = rows >= 0
+        if valid.any():
+            out[valid] = self._emb_view[rows[valid]]["embeddings"]
+        return out.reshape(*ids.shape, dim)
+
+    def embedding_rows(self, rows) -> np.ndarray:
+        """Stored embeddings of corpus rows (a slice or sorted row numbers)."""
+        return self._emb_view[rows]["embeddings"]
+
+    def blocks(self, block_ids) -> list:
+        """Blocks as dicts (`list[list[dict]]` for 2-D ids, `list[dict]` for 1-D); id -1 gives an empty block."""
+        ids = as_id_array(block_ids)
+        if ids.ndim not in (1, 2):
+            raise ValueError(f"block_ids must be 1-D or 2-D, got shape {ids.shape}.")
+        rows = self.rows(ids).reshape(-1)
+        valid = rows >= 0
+        fetched = self._meta_view[rows[valid].tolist()] if valid.any() else {c: [] for c in self._meta_columns}
+        empty = {c: None for c in self._meta_columns}
+        empty.update(block_id=-1, title="", text="")
+        flat, j = [], 0
+        for is_valid in valid:
+            if is_valid:
+                flat.append({c: fetched[c][j] for c in self._meta_columns})
+                j += 1
+            else:
+                flat.append(dict(empty))
+        return _unflatten(flat, ids)
+
+    def texts(self, block_ids) -> list:
+        """Texts of `block_ids` (`list[list[str]]` for 2-D ids, `list[str]` for 1-D); id -1 gives `""`."""
+        ids = as_id_array(block_ids)
+        rows = self.rows(ids).reshape(-1)
+        valid = rows >= 0
+        texts = self._meta_view.select_columns(["text"])[rows[valid].tolist()]["text"] if valid.any() else []
+        it = iter(texts)
+        return _unflatten([next(it) if v else "" for v in valid], ids)
+
+    def titles_and_texts(self, start: int, stop: int) -> dict[str, list]:
+        """`{"title": [...], "text": [...]}` of corpus rows `start:stop`."""
+        return self._meta_view.select_columns(["title", "text"])[start:stop]
+
+    def iter_embeddings(self, chunk_size: int = 262144):
+        """`build_index` chunks over the stored embeddings: `(embeddings, block_ids)` in row order."""
+
+        def gen():
+            for start in range(0, len(self), chunk_size):
+                stop = min(start + chunk_size, len(self))
+                yield self.embedding_rows(slice(start, stop)), self.row_ids[start:stop]
+
+        return gen
+
+    def next_doc_id(self, fallback: int) -> int:
+        """A `doc_id` for new documents: one past the largest integer `doc_id`, else `fallback`."""
+        if "doc_id" not in self.dataset.column_names:
+            return 0
+        if getattr(self.dataset.features["doc_id"], "dtype", "").startswith("int"):
+            values = self.dataset.with_format("numpy", columns=["doc_id"])[:]["doc_id"]
+            return int(values.max()) + 1 if len(values) else 0
+        return fallback
+
+    def with_embeddings(self, embeddings: np.ndarray) -> datasets.Dataset:
+        """This table with its `embeddings` column replaced by `embeddings` (`[len(self), dim]`, row order)."""
+        base = self.dataset.remove_columns(["embeddings"])
+        if base._indices is not None:
+            base = base.flatten_indices()  # horizontal concatenation needs plain tables
+        column = datasets.Dataset(
+            datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)}))
+        )
+        return datasets.concatenate_datasets([base, column], axis=1)
+
+    def appended(self, columns: dict, embeddings: np.ndarray) -> datasets.Dataset:
+        """This table with new blocks (`columns` with `block_id`, and their embeddings) appended, in its schema."""
+        if "doc_id" in columns and "doc_id" in self.dataset.column_names:
+            if self.dataset.features["doc_id"].dtype == "string":
+                columns["doc_id"] = [None if d is None else str(d) for d in columns["doc_id"]]
+        new = _make_corpus(columns, embeddings, features=self.dataset.features)
+        return datasets.concatenate_datasets([self.dataset, new])
+
+    def doc_mask(self, doc_ids) -> np.ndarray:
+        """Boolean row mask of the blocks of documents `doc_ids` (one id or several); unknown ids are logged."""
+        if "doc_id" not in self.dataset.column_names:
+            raise ValueError("This corpus has no `doc_id` column: remove blocks with `block_ids=` instead.")
+        doc_ids = [doc_ids] if isinstance(doc_ids, (str, int, np.integer)) else list(doc_ids)
+        corpus_doc_ids = self.dataset.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist()
+        wanted = set(doc_ids)
+        hit = np.fromiter((d in wanted for d in corpus_doc_ids), dtype=bool, count=len(corpus_doc_ids))
+        not_found = sorted(wanted - {d for d, h in zip(corpus_doc_ids, hit) if h}, key=str)
+        if not_found:
+            logger.warning("Documents not in the corpus (nothing removed for them): %s", not_found[:10])
+        return hit

@@ -1,0 +1,204 @@
+"""Turning blocks into embeddings: the block tokenizer, batched embedding and the embedder fingerprint."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def fingerprint_module(module: torch.nn.Module, length: int = 16) -> str:
+    """
+    Fingerprint of a module's weights: sha256 over its `state_dict()` tensors (name, dtype, shape and raw bytes, in
+    sorted key order), truncated to `length` hex digits.
+
+    The retriever records the fingerprint of the embedder that produced its block embeddings; comparing it with the
+    current embedder tells whether the index is stale (the embedder was trained since the corpus was embedded).
+    """
+    digest = hashlib.sha256()
+    state_dict = module.state_dict()
+    for key in sorted(state_dict):
+        tensor = state_dict[key]
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        tensor = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:length]
+
+
+def _parse_dtype(dtype) -> torch.dtype | None:
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "half": torch.float16,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+    }
+    if str(dtype).lower() not in names:
+        raise ValueError(f"Unknown dtype {dtype!r}: use None/'fp32', 'fp16' or 'bf16'.")
+    return names[str(dtype).lower()]
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    """Autocast to fp16/bf16 only where the device supports it; fp32 (no autocast) otherwise, with a warning."""
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    if device.type == "cpu":
+        if dtype == torch.float16:
+            logger.warning("fp16 autocast is not supported on CPU: embedding in fp32 (use dtype='bf16' on CPU).")
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        logger.warning("This GPU does not support bf16: embedding with fp16 autocast instead.")
+        dtype = torch.float16
+    try:
+        return torch.autocast(device.type, dtype=dtype)
+    except RuntimeError as err:
+        logger.warning("%s autocast is not available on %s (%s): embedding in fp32.", dtype, device, err)
+        return contextlib.nullcontext()
+
+
+def default_block_length(tokenizer, max_length: int | None = None) -> int:
+    """`max_length`, or else the tokenizer's `model_max_length` capped at 512 (BERT's position embeddings)."""
+    if max_length is not None:
+        return int(max_length)
+    return min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512)
+
+
+def tokenize_blocks(
+    tokenizer,
+    titles: Sequence[str | None] | None,
+    texts: Sequence[str],
+    max_length: int | None = None,
+    padding: bool = False,
+    return_tensors: str | None = None,
+):
+    """
+    Tokenize blocks as the index embeds them: `tokenizer(titles, texts, truncation=True, max_length=max_length)`,
+    i.e. `[CLS] title [SEP] text [SEP]` (an empty title gives `[CLS] [SEP] text [SEP]`). Every place that embeds a
+    block (indexing, re-scoring with the live document embedder, pre-training, ICT) must tokenize it this way, or
+    fresh scores and the index disagree for reasons other than training.
+
+    Args:
+        tokenizer: A BERT WordPiece tokenizer.
+        titles (`Sequence[str]`, *optional*): Block titles (`None` entries, or `None` for all, are empty titles).
+        texts (`Sequence[str]`): Block texts.
+        max_length (`int`, *optional*): Truncation length; defaults to the tokenizer's `model_max_length` (max 512).
+        padding (`bool`, defaults to `False`): Pad to the longest block.
+        return_tensors (`str`, *optional*): `"pt"` for tensors.
+
+    Returns:
+        `BatchEncoding` with `input_ids`, `attention_mask` and `token_type_ids`.
+    """
+    texts = list(texts)
+    titles = [""] * len(texts) if titles is None else [title or "" for title in titles]
+    if len(titles) != len(texts):
+        raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
+    return tokenizer(
+        titles,
+        texts,
+        padding=padding,
+        truncation=True,
+        max_length=default_block_length(tokenizer, max_length),
+        return_token_type_ids=True,
+        return_tensors=return_tensors,
+        verbose=False,
+    )
+
+
+def embed_blocks(
+    embedder: torch.nn.Module,
+    tokenizer,
+    titles: Sequence[str] | None,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    show_progress: bool = True,
+    max_length: int | None = None,
+) -> torch.FloatTensor:
+    """
+    Embed `(title, text)` blocks as the legacy REALM document embedder did:
+    `embedder(**tokenize_blocks(tokenizer, titles, texts, max_length)).projected_score` (see [`tokenize_blocks`]).
+
+    Blocks are sorted by length (longest first) and batched, so a batch pads only to its own longest block; the
+    result is returned in the original order.
+
+    Args:
+        embedder (`torch.nn.Module`): A [`RealmEmbedder`] (or any module whose `forward(input_ids, attention_mask,
+            token_type_ids)` returns an object with `projected_score` of shape `(batch, dim)`).
+        tokenizer: The embedder's tokenizer.
+        titles (`Sequence[str]`, *optional*): Block titles (empty strings if `None`).
+        texts (`Sequence[str]`): Block texts.
+        batch_size (`int`, defaults to 64): Blocks per forward pass.
+        device (`str` or `torch.device`, *optional*): Where to run; defaults to the embedder's device. The embedder
+            is moved there for the call and moved back afterwards.
+        dtype (`str` or `torch.dtype`, *optional*): `"fp16"`/`"bf16"` run under autocast where the device supports
+            it (fp16 on CPU falls back to fp32 with a warning); `None` is fp32. Embeddings are returned in fp32.
+        show_progress (`bool`, defaults to `True`): Show a tqdm progress bar.
+        max_length (`int`, *optional*): Truncation length; defaults to the tokenizer's `model_max_length` (max 512).
+
+    Returns:
+        `torch.FloatTensor` of shape `(len(texts), dim)` on CPU.
+    """
+    from tqdm.auto import tqdm
+
+    texts = list(texts)
+    if not texts:
+        raise ValueError("No blocks to embed: the corpus is empty.")
+    encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length)
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
+    lengths = np.array([len(ids) for ids in encoded["input_ids"]])
+    order = np.argsort(-lengths, kind="stable")
+
+    first_param = next(embedder.parameters(), None)
+    model_device = first_param.device if first_param is not None else torch.device("cpu")
+    device = torch.device(device) if device is not None else model_device
+    dtype = _parse_dtype(dtype)
+    was_training = embedder.training
+    moved = device != model_device
+    if moved:
+        embedder.to(device)
+    embedder.eval()
+    outputs: list[torch.Tensor] = []
+    try:
+        with torch.inference_mode(), _autocast(device, dtype):
+            for start in tqdm(
+                range(0, len(texts), batch_size),
+                desc="Embedding blocks",
+                unit="batch",
+                disable=not show_progress,
+            ):
+                rows = order[start : start + batch_size]
+                batch = tokenizer.pad({k: [encoded[k][i] for i in rows] for k in keys}, return_tensors="pt")
+                batch = {k: v.to(device) for k, v in batch.items() if k in keys}
+                out = embedder(**batch)
+                projected = out.projected_score if hasattr(out, "projected_score") else out[0]
+                outputs.append(projected.float().cpu())
+    finally:
+        if moved:
+            embedder.to(model_device)
+        embedder.train(was_training)
+    sorted_embeddings = torch.cat(outputs)
+    embeddings = torch.empty_like(sorted_embeddings)
+    embeddings[torch.from_numpy(order)] = sorted_embeddings
+    return embeddings
+
+
+def _embedder_dim(embedder) -> int | None:
+    config = getattr(embedder, "config", None)
+    dim = getattr(config, "retriever_proj_size", None)
+    return int(dim) if dim is not None else None

@@ -1,0 +1,146 @@
+"""Legacy (transformers 4) REALM checkpoints: the pickle opt-in, `block_records.npy`, the `block_emb` buffer.
+
+Imports neither faiss nor datasets, so model code can read a legacy checkpoint's embeddings cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..constants import ALLOW_PICKLE_ENV, LEGACY_BLOCK_EMB_KEY, LEGACY_BLOCK_RECORDS
+from ..reader_inputs import find_answer_spans
+
+# Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
+_DECODE_CHUNK_ROWS = 1 << 20
+
+if TYPE_CHECKING:
+    from .retriever import RealmRetriever
+
+
+def pickle_allowed(allow_pickle: bool = False) -> bool:
+    """Whether unpickling a legacy file is allowed: `allow_pickle=True`, or `REALM_HF_ALLOW_PICKLE` set to 1/true/yes."""
+    return bool(allow_pickle) or os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def load_legacy_block_emb(legacy_dir: str) -> torch.Tensor | None:
+    """
+    The legacy `block_emb` buffer of a `RealmForOpenQA` checkpoint, read without loading the other weights into RAM:
+    from `model.safetensors` if present, else from `pytorch_model.bin` with `torch.load(weights_only=True, mmap=True)`
+    (no arbitrary unpickling, and the 6.8 GB matrix stays memory-mapped).
+    """
+    safetensors_file = os.path.join(legacy_dir, "model.safetensors")
+    if os.path.isfile(safetensors_file):
+        from safetensors import safe_open
+
+        with safe_open(safetensors_file, framework="pt") as f:
+            if LEGACY_BLOCK_EMB_KEY in f.keys():
+                return f.get_tensor(LEGACY_BLOCK_EMB_KEY)
+    bin_file = os.path.join(legacy_dir, "pytorch_model.bin")
+    if os.path.isfile(bin_file):
+        state_dict = torch.load(bin_file, map_location="cpu", weights_only=True, mmap=True)
+        return state_dict.get(LEGACY_BLOCK_EMB_KEY)
+    return None
+
+
+def _decode_legacy_records(records: np.ndarray) -> list[str]:
+    texts = []
+    for start in range(0, len(records), _DECODE_CHUNK_ROWS):
+        chunk = records[start : start + _DECODE_CHUNK_ROWS]
+        texts.extend(r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk)
+        # Drop the decoded bytes as we go: the 13M-record legacy array is 12.6 GB.
+        records[start : start + _DECODE_CHUNK_ROWS] = None
+    return texts
+
+
+def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = False) -> tuple[dict, np.ndarray]:
+    """
+    The blocks of a legacy `RealmForOpenQA` checkpoint as retriever columns (`block_id` = `doc_id` = legacy row,
+    empty `title`, `text`) and their `[num_blocks, dim]` float32 embeddings; see [`RealmRetriever.from_legacy`].
+    """
+    records_path = os.path.join(legacy_dir, LEGACY_BLOCK_RECORDS)
+    if not os.path.isfile(records_path):
+        raise OSError(f"{legacy_dir} has no {LEGACY_BLOCK_RECORDS}: not a legacy RealmForOpenQA checkpoint directory.")
+    if not pickle_allowed(allow_pickle):
+        raise ValueError(
+            f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
+            "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
+            f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
+            "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
+        )
+    if block_emb is None:
+        block_emb = load_legacy_block_emb(legacy_dir)
+        if block_emb is None:
+            raise OSError(
+                f"No `{LEGACY_BLOCK_EMB_KEY}` tensor found in {legacy_dir} (model.safetensors or pytorch_model.bin): "
+                "pass `block_emb=` explicitly."
+            )
+    if isinstance(block_emb, torch.Tensor):
+        block_emb = block_emb.detach().to("cpu")
+        block_emb = block_emb.numpy() if block_emb.dtype == torch.float32 else block_emb.float().numpy()
+    block_emb = np.asarray(block_emb, dtype=np.float32)
+    records = np.load(records_path, allow_pickle=True)
+    if records.ndim != 1 or len(records) != len(block_emb):
+        raise ValueError(
+            f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
+        )
+    texts = _decode_legacy_records(records)
+    del records
+    n = len(texts)
+    block_ids = np.arange(n, dtype=np.int64)
+    return {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}, block_emb
+
+
+def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors):
+    """The body of the legacy `RealmRetriever.__call__` (see there)."""
+    tokenizer = retriever.tokenizer
+    if tokenizer is None:
+        raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer`.")
+    if isinstance(retrieved_block_ids, torch.Tensor):
+        retrieved_block_ids = retrieved_block_ids.detach().cpu().numpy()
+    texts = retriever.get_block_texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
+    question = tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
+    concat_inputs = tokenizer([question] * len(texts), texts, padding=True, truncation=True, max_length=max_length)
+    concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
+    if answer_ids is None:
+        return None, None, None, concat_inputs_tensors
+    sep = tokenizer.sep_token_id
+    has_answers, start_pos, end_pos = [], [], []
+    for ids in concat_inputs["input_ids"]:
+        starts, ends = find_answer_spans(list(ids), answer_ids, sep)
+        has_answers.append(bool(starts))
+        start_pos.append(starts)
+        end_pos.append(ends)
+    max_answers = max(len(s) for s in start_pos)
+    start_pos = [s + [-1] * (max_answers - len(s)) for s in start_pos]
+    end_pos = [e + [-1] * (max_answers - len(e)) for e in end_pos]
+    return has_answers, start_pos, end_pos, concat_inputs_tensors
+
+
+def convert_legacy_checkpoint(
+    legacy_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    allow_pickle: bool = False,
+    index: str = "Flat",
+    tokenizer=None,
+    embedder: torch.nn.Module | None = None,
+    corpus_format: str = "arrow",
+) -> RealmRetriever:
+    """
+    Convert the retriever part of a legacy REALM checkpoint (`block_records.npy` + the `block_emb` buffer) into a
+    pickle-free retriever saved in `output_dir` (exactly there: a model checkpoint looks for it in its
+    `retriever/` subfolder). See [`RealmRetriever.from_legacy`] for `allow_pickle`.
+
+    Returns:
+        The converted [`RealmRetriever`].
+    """
+    from .retriever import RealmRetriever  # the retriever module builds on this one
+
+    retriever = RealmRetriever.from_legacy(
+        legacy_dir, tokenizer=tokenizer, allow_pickle=allow_pickle, index=index, embedder=embedder
+    )
+    retriever.save_pretrained(output_dir, corpus_format=corpus_format)
+    return retriever

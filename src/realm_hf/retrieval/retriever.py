@@ -1,0 +1,904 @@
+"""[`RealmRetriever`]: REALM's knowledge corpus, a block corpus and a FAISS index kept in step behind one lock."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import datasets
+import faiss
+import numpy as np
+import torch
+from transformers.utils import ModelOutput
+
+from .chunking import split_documents
+from .corpus import BlockCorpus, _make_corpus, as_id_array
+from .encoding import _embedder_dim, embed_blocks, fingerprint_module
+from .index import BlockIndex, build_index, is_exact, normalize_search_params, supports_remove
+from .legacy import legacy_reader_call, read_legacy_blocks
+from .serialization import (
+    _REBUILD_HINT,
+    _resolve_pretrained_path,
+    _try_load_tokenizer,
+    build_manifest,
+    load_retriever_parts,
+    save_retriever,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _split_and_embed(documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, **embed_kwargs):
+    """Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`."""
+    columns = split_documents(documents, tokenizer, max_block_length, first_doc_id=first_doc_id)
+    if not columns["text"]:
+        raise ValueError(empty_message)
+    embeddings = embed_blocks(
+        embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
+    )
+    return columns, embeddings.numpy()
+
+
+@dataclass
+class RealmSearchOutput(ModelOutput):
+    """
+    Output of [`RealmRetriever.search`].
+
+    Args:
+        block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
+            Corpus ids of the retrieved blocks, best first. `-1` where an approximate index found fewer than `k`
+            blocks (raise `nprobe`/`efSearch`).
+        scores (`torch.FloatTensor` of shape `(batch_size, k)`):
+            Inner products question · block, descending (`-inf` for missing results). For compressed indexes
+            (PQ, SQ) the candidates are re-scored with the stored float32 block embeddings, so the scores are
+            always exact inner products, the numbers the model's own einsum reproduces.
+        blocks (`list[list[dict]]`):
+            For each question, the `k` blocks as dicts with `block_id`, `title`, `text`, `score` and the corpus's
+            metadata columns (e.g. `doc_id`).
+    """
+
+    block_ids: torch.LongTensor | None = None
+    scores: torch.FloatTensor | None = None
+    blocks: list[list[dict]] | None = None
+
+
+@dataclass
+class RealmIndexState:
+    """
+    Corpus embeddings and index built off the live retriever ([`RealmRetriever.build_index_state`]), installed
+    atomically with [`RealmRetriever.swap_index_state`] (how the re-index callback refreshes during training).
+    """
+
+    block_ids: np.ndarray
+    corpus: datasets.Dataset
+    index: faiss.Index
+    index_type: str
+    embedder_fingerprint: str | None = None
+
+
+class RealmRetriever:
+    r"""
+    The knowledge corpus of REALM: text blocks in a `datasets.Dataset`, a FAISS maximum-inner-product index over
+    their embeddings, and the tokenizer the blocks were split with.
+
+    `RealmForOpenQA` calls [`~RealmRetriever.search`] with a batch of question embeddings, then
+    [`~RealmRetriever.get_block_embeddings`] to re-score the retrieved blocks with gradients and
+    [`~RealmRetriever.get_block_texts`] to build reader inputs.
+
+    Build one with [`~RealmRetriever.from_documents`], [`~RealmRetriever.from_embeddings`] or
+    [`~RealmRetriever.from_legacy`]; save and load it with [`~RealmRetriever.save_pretrained`] /
+    [`~RealmRetriever.from_pretrained`]; change the knowledge with [`~RealmRetriever.add_documents`] /
+    [`~RealmRetriever.remove_documents`] (no retraining needed).
+
+    Args:
+        corpus (`datasets.Dataset`):
+            One row per block: `block_id` (int64, unique, stable), `title`, `text`, optional metadata (`doc_id`,
+            `source`, ...) and `embeddings` (float32, dimension `D`) the index was built from.
+        index (`faiss.Index`):
+            Inner-product index over the embeddings whose ids are the `block_id`s.
+        tokenizer (*optional*):
+            BERT WordPiece tokenizer used to split documents (and by the model to build reader inputs).
+        index_type (`str`, defaults to `"Flat"`):
+            The FAISS factory string the index was built from.
+        max_block_length (`int`, *optional*):
+            Maximum wordpieces per block (title and special tokens included) used when splitting.
+        embedder_fingerprint (`str`, *optional*):
+            [`fingerprint_module`] of the embedder that produced the embeddings.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmEmbedder, RealmTokenizer
+    >>> from realm_hf.retrieval_realm import RealmRetriever
+
+    >>> embedder = RealmEmbedder.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
+    >>> documents = [{"title": "Velmora", "text": "Velmora is a volcanic island ...", "doc_id": "velmora"}]
+    >>> retriever = RealmRetriever.from_documents(documents, embedder, tokenizer, index="HNSW32")
+    >>> question = embedder(**tokenizer(["where is velmora?"], return_tensors="pt")).projected_score
+    >>> retriever.search(question, k=5, efSearch=128).blocks[0][0]["title"]
+    >>> retriever.save_pretrained("my-corpus")
+    >>> retriever = RealmRetriever.from_pretrained("my-corpus", embedder=embedder)
+    ```"""
+
+    def __init__(
+        self,
+        corpus: datasets.Dataset | BlockCorpus,
+        index: faiss.Index | BlockIndex,
+        tokenizer=None,
+        index_type: str = "Flat",
+        max_block_length: int | None = None,
+        embedder_fingerprint: str | None = None,
+        next_block_id: int | None = None,
+    ):
+        corpus = corpus if isinstance(corpus, BlockCorpus) else BlockCorpus(corpus)
+        index = index if isinstance(index, BlockIndex) else BlockIndex(index, index_type)
+        if len(corpus) == 0:
+            raise ValueError("The corpus is empty: a retriever needs at least one block.")
+        if index.index.ntotal != len(corpus):
+            raise ValueError(
+                f"The index holds {index.index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
+            )
+        if corpus.dim is not None and corpus.dim != index.index.d:
+            raise ValueError(
+                f"The corpus embeddings have dimension {corpus.dim} but the index has {index.index.d}. {_REBUILD_HINT}"
+            )
+        self._corpus, self._index = corpus, index
+        self.tokenizer = tokenizer
+        self.max_block_length = max_block_length
+        self.embedder_fingerprint = embedder_fingerprint
+        # One lock for corpus and index together: a search never sees one changed without the other.
+        self._lock = threading.RLock()
+        self._next_block_id = max(int(next_block_id or 0), corpus.max_block_id + 1)
+
+    @property
+    def corpus(self) -> datasets.Dataset:
+        """The block table (`block_id`, `title`, `text`, metadata, `embeddings`)."""
+        return self._corpus.dataset
+
+    @property
+    def index(self) -> faiss.Index:
+        """The FAISS index (ids are block ids); on GPU after [`~RealmRetriever.to_gpu`]."""
+        return self._index.index
+
+    @property
+    def index_type(self) -> str:
+        """The FAISS factory string the index was built from."""
+        return self._index.index_type
+
+    @property
+    def _index_source(self) -> tuple[str, int, float] | None:
+        return self._index.source
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of blocks in the corpus (and vectors in the index)."""
+        return len(self._corpus)
+
+    def __len__(self) -> int:
+        return self.num_blocks
+
+    @property
+    def embedding_dim(self) -> int:
+        """Dimension of the block embeddings (the embedder's projection size, 128 for REALM)."""
+        return int(self.index.d)
+
+    @property
+    def block_ids(self) -> np.ndarray:
+        """All block ids, in corpus row order."""
+        return self._corpus.row_ids.copy()
+
+    @property
+    def next_block_id(self) -> int:
+        """The id the next added block gets (ids are never reused, even after removals)."""
+        return self._next_block_id
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_blocks={self.num_blocks}, embedding_dim={self.embedding_dim}, "
+            f"index_type={self.index_type!r}, columns={self.corpus.column_names})"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Lookup and search
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
+        """
+        The stored embeddings of `block_ids` (exactly the vectors the index was built from).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)`, or any shape): Block ids; `-1` gives zeros.
+
+        Returns:
+            `torch.FloatTensor` of shape `block_ids.shape + (embedding_dim,)`, on CPU.
+        """
+        return torch.from_numpy(self._corpus.embeddings(block_ids, self.embedding_dim))
+
+    def get_blocks(self, block_ids) -> list:
+        """
+        The blocks of `block_ids` as dicts (`block_id`, `title`, `text` and the metadata columns).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)` or `(k,)`): Block ids (`-1`: an empty block).
+
+        Returns:
+            `list[list[dict]]` for 2-D ids, `list[dict]` for 1-D ids.
+        """
+        return self._corpus.blocks(block_ids)
+
+    def get_block_texts(self, block_ids) -> list:
+        """Texts of `block_ids`: `list[list[str]]` for `(batch_size, k)` ids, `list[str]` for 1-D ids."""
+        return self._corpus.texts(block_ids)
+
+    def search(
+        self, question_embeddings, k: int = 5, return_blocks: bool = True, rerank_factor: int = 1, **search_params
+    ) -> RealmSearchOutput:
+        """
+        Top-`k` blocks by inner product for a batch of question embeddings, in one FAISS call.
+
+        Args:
+            question_embeddings (`torch.Tensor` or `np.ndarray` of shape `(batch_size, embedding_dim)`):
+                Question embeddings (detached and moved to CPU float32 here).
+            k (`int`, defaults to 5): Blocks per question.
+            return_blocks (`bool`, defaults to `True`): Also fetch the blocks' texts and metadata.
+            rerank_factor (`int`, defaults to 1): For compressed indexes (PQ/SQ), fetch `k * rerank_factor`
+                candidates and keep the best `k` by exact inner product with the stored embeddings (PQ recall
+                plateaus without this). Ignored by exact-code indexes (Flat, HNSW, IVF-Flat).
+            search_params: Search-time parameters for this call only, restored afterwards: `nprobe` (IVF),
+                `efSearch` (HNSW), `quantizer_efSearch` (IVF with an HNSW quantizer).
+
+        Returns:
+            [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`) and `blocks`.
+        """
+        if isinstance(question_embeddings, torch.Tensor):
+            question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
+        queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+        if queries.ndim == 1:
+            queries = queries[None]
+        if queries.ndim != 2:
+            raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+        if queries.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
+                f"of projection size {self.embedding_dim} (retriever_proj_size={self.embedding_dim}). Use the "
+                "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
+            )
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}.")
+        if k > self.num_blocks:
+            raise ValueError(
+                f"k={k} is larger than the number of blocks in the corpus ({self.num_blocks}): ask for at most "
+                f"{self.num_blocks}."
+            )
+        params = normalize_search_params(search_params)
+        # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups.
+        with self._lock:
+            exact = is_exact(self.index)
+            fetch = k if exact else min(self.num_blocks, k * max(1, int(rerank_factor)))
+            scores, ids = self._index.search(queries, fetch, params)
+            return self._finish_search(queries, scores, ids, k, exact, return_blocks)
+
+    def _finish_search(self, queries, scores, ids, k, exact, return_blocks) -> RealmSearchOutput:
+        ids = ids.astype(np.int64, copy=False)
+        if not exact:
+            # Compressed codes give approximate scores: re-score with the stored float32 vectors.
+            scores = np.einsum("bd,bkd->bk", queries, self._corpus.embeddings(ids, self.embedding_dim))
+            scores[ids < 0] = -np.inf
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            ids = np.take_along_axis(ids, order, axis=1)
+            scores = np.take_along_axis(scores, order, axis=1)
+        missing = ids < 0
+        if missing.any():
+            scores = np.where(missing, -np.inf, scores)
+            logger.warning(
+                "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. "
+                "Raise `nprobe` (IVF) or `efSearch` (HNSW).",
+                self.index_type,
+                k,
+                int(missing.any(axis=1).sum()),
+            )
+        scores = np.ascontiguousarray(scores, dtype=np.float32)
+        blocks = None
+        if return_blocks:
+            blocks = self._corpus.blocks(ids)
+            for row_blocks, row_scores in zip(blocks, scores.tolist()):
+                for block, score in zip(row_blocks, row_scores):
+                    block["score"] = score
+        return RealmSearchOutput(block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks)
+
+    def __call__(self, retrieved_block_ids, question_input_ids, answer_ids, max_length=None, return_tensors="pt"):
+        """
+        The legacy `RealmRetriever.__call__`, for code ported from transformers 4: pair one question with its
+        retrieved blocks and locate the answers in them.
+
+        Args:
+            retrieved_block_ids: Ids of the question's retrieved blocks (1-D).
+            question_input_ids: The tokenized question, shape `(1, seq_len)` (decoded, as the legacy code did).
+            answer_ids (`list[list[int]]`, *optional*): Gold answers as wordpiece ids.
+            max_length (`int`, *optional*): Truncation length of a (question, block) pair.
+            return_tensors (`str`, defaults to `"pt"`): Tensor type of the returned inputs.
+
+        Returns:
+            `(has_answers, start_pos, end_pos, concat_inputs)`: per block whether an answer occurs and the token
+            positions of every occurrence (padded with -1); the first three are `None` without `answer_ids`.
+            New code should use [`~RealmRetriever.search`] and `realm_hf.build_reader_inputs`.
+        """
+        return legacy_reader_call(
+            self, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Building
+    # ---------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents,
+        embedder: torch.nn.Module,
+        tokenizer,
+        max_block_length: int = 288,
+        index: str = "Flat",
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        Split documents into blocks, embed them and index them.
+
+        Args:
+            documents: Iterable of dicts with `text` and optionally `title`, `doc_id` (kept, used by
+                [`~RealmRetriever.remove_documents`]) and metadata fields; or a `datasets.Dataset` / dict of columns.
+            embedder (`torch.nn.Module`): A [`RealmEmbedder`] (see [`embed_blocks`]).
+            tokenizer: Its BERT WordPiece tokenizer; saved with the corpus.
+            max_block_length (`int`, defaults to 288): Maximum wordpieces per block as the embedder sees it,
+                `[CLS] title [SEP] text [SEP]` included (REALM used 288).
+            index (`str`, defaults to `"Flat"`): FAISS factory string: `"Flat"` (exact), `"HNSW32"`,
+                `"IVF4096,Flat"`, `"IVF4096,SQ8"`, `"IVF4096,PQ32"`, ... (always inner product).
+            batch_size, device, dtype, show_progress: See [`embed_blocks`].
+            train_size (`int`, *optional*): Vectors to train IVF/PQ/SQ indexes on (a random sample).
+            use_gpu (`bool`, defaults to `False`): Put the index on GPU (needs faiss-gpu: `pip install realm-hf[gpu]`;
+                falls back to CPU with a warning).
+        """
+        columns, embeddings = _split_and_embed(
+            documents,
+            embedder,
+            tokenizer,
+            max_block_length,
+            0,
+            "No blocks to index: the documents are empty (no document has any text).",
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            show_progress=show_progress,
+        )
+        columns = {"block_id": np.arange(len(columns["text"]), dtype=np.int64), **columns}
+        return cls._build(
+            columns,
+            embeddings,
+            tokenizer=tokenizer,
+            index=index,
+            max_block_length=max_block_length,
+            embedder_fingerprint=fingerprint_module(embedder),
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
+
+    @classmethod
+    def from_texts(
+        cls, texts: Iterable[str], embedder, tokenizer, titles: Iterable[str] | None = None, **kwargs
+    ) -> RealmRetriever:
+        """[`~RealmRetriever.from_documents`] for plain texts (and optional titles)."""
+        texts = list(texts)
+        titles = [""] * len(texts) if titles is None else list(titles)
+        if len(titles) != len(texts):
+            raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
+        return cls.from_documents(
+            [{"title": t, "text": x} for t, x in zip(titles, texts)], embedder, tokenizer, **kwargs
+        )
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        embeddings,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        tokenizer=None,
+        index: str = "Flat",
+        block_ids=None,
+        metadata: Mapping[str, Sequence] | None = None,
+        embedder_fingerprint: str | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        A retriever over given block embeddings (e.g. an exact in-memory searcher with `index="Flat"`).
+
+        Args:
+            embeddings (`torch.Tensor` or `np.ndarray` of shape `(num_blocks, dim)`): Block embeddings.
+            texts (`Sequence[str]`): Block texts.
+            titles (`Sequence[str]`, *optional*): Block titles (empty by default).
+            tokenizer (*optional*): Tokenizer saved with the corpus.
+            index (`str`, defaults to `"Flat"`): FAISS factory string.
+            block_ids (*optional*): Block ids (default `0..num_blocks-1`).
+            metadata (`Mapping[str, Sequence]`, *optional*): Extra columns (e.g. `doc_id`).
+        """
+        if isinstance(embeddings, torch.Tensor):
+            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        texts = list(texts)
+        if embeddings.ndim != 2 or len(embeddings) != len(texts):
+            raise ValueError(f"Got embeddings of shape {embeddings.shape} for {len(texts)} texts.")
+        if not texts:
+            raise ValueError("No blocks: the corpus is empty.")
+        titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
+        block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else as_id_array(block_ids)
+        columns = {"block_id": block_ids, "title": titles, "text": texts}
+        for name, values in (metadata or {}).items():
+            if len(values) != len(texts):
+                raise ValueError(f"Metadata column {name!r} has {len(values)} values for {len(texts)} blocks.")
+            columns[name] = list(values)
+        return cls._build(
+            columns,
+            embeddings,
+            tokenizer=tokenizer,
+            index=index,
+            embedder_fingerprint=embedder_fingerprint,
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
+
+    @classmethod
+    def _build(
+        cls,
+        columns,
+        embeddings: np.ndarray,
+        tokenizer=None,
+        index: str = "Flat",
+        max_block_length: int | None = None,
+        embedder_fingerprint: str | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
+        retriever = cls(
+            _make_corpus(columns, embeddings),
+            block_index,
+            tokenizer=tokenizer,
+            max_block_length=max_block_length,
+            embedder_fingerprint=embedder_fingerprint,
+        )
+        if use_gpu:
+            retriever.to_gpu()
+        return retriever
+
+    def embed_corpus(
+        self,
+        embedder: torch.nn.Module,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        start: int | None = None,
+        end: int | None = None,
+        update_index: bool | None = None,
+        chunk_size: int = 100_000,
+        train_size: int | None = None,
+    ) -> torch.FloatTensor:
+        """
+        Re-embed the corpus's blocks with `embedder` (e.g. after training it: REALM refreshes its index during
+        pre-training), as [`embed_blocks`] does, with this corpus's titles, texts and `max_block_length`.
+
+        Args:
+            embedder (`torch.nn.Module`): The (document) embedder.
+            batch_size, device, dtype, show_progress: See [`embed_blocks`].
+            start (`int`, *optional*), end (`int`, *optional*): Embed only corpus rows `start:end` (e.g. one
+                process's share in distributed re-indexing).
+            update_index (`bool`, *optional*): Replace the stored embeddings and rebuild the index with the new
+                ones (and record the embedder's fingerprint). Defaults to `True` when the whole corpus is embedded
+                (`start`/`end` not given), `False` otherwise; to swap in a refresh built elsewhere use
+                [`~RealmRetriever.build_index_state`] and [`~RealmRetriever.swap_index_state`].
+            chunk_size (`int`): Rows tokenized at a time (bounds memory on large corpora).
+            train_size (`int`, *optional*): Training sample size when the index is rebuilt.
+
+        Returns:
+            `torch.FloatTensor` of shape `(end - start, dim)`: the new embeddings of those rows, in row order.
+        """
+        if self.tokenizer is None:
+            raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer` before re-embedding.")
+        if update_index is None:
+            update_index = start is None and end is None
+        start = 0 if start is None else int(start)
+        end = self.num_blocks if end is None else int(end)
+        if not 0 <= start <= end <= self.num_blocks:
+            raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {self.num_blocks} blocks.")
+        if update_index and (start, end) != (0, self.num_blocks):
+            raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
+        parts = []
+
+        for chunk_start in range(start, end, chunk_size):
+            rows = self._corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
+            parts.append(
+                embed_blocks(
+                    embedder,
+                    self.tokenizer,
+                    rows["title"],
+                    rows["text"],
+                    batch_size=batch_size,
+                    device=device,
+                    dtype=dtype,
+                    show_progress=show_progress,
+                    max_length=self.max_block_length,
+                )
+            )
+        embeddings = torch.cat(parts) if parts else torch.empty(0, self.embedding_dim)
+        if update_index:
+            state = self.build_index_state(
+                embeddings, embedder_fingerprint=fingerprint_module(embedder), train_size=train_size
+            )
+            self.swap_index_state(state)
+        return embeddings
+
+    def build_index_state(
+        self, embeddings, embedder_fingerprint: str | None = None, train_size: int | None = None
+    ) -> RealmIndexState:
+        """
+        Build, without touching the live retriever, the corpus embeddings and index for new block embeddings
+        (`[num_blocks, dim]` in corpus row order, e.g. from [`~RealmRetriever.embed_corpus`]). Safe to run in a
+        background thread while the retriever keeps serving searches; install the result with
+        [`~RealmRetriever.swap_index_state`].
+        """
+        if isinstance(embeddings, torch.Tensor):
+            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        with self._lock:
+            corpus, index_type = self._corpus, self.index_type
+        if embeddings.ndim != 2 or len(embeddings) != len(corpus):
+            raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(corpus)} blocks.")
+        if embeddings.shape[1] != self.embedding_dim:
+            logger.warning(
+                "The new embeddings have %d dimensions (the corpus had %d): the index is rebuilt for the new size.",
+                embeddings.shape[1],
+                self.embedding_dim,
+            )
+        new_index = BlockIndex.from_matrix(index_type, embeddings, corpus.row_ids, train_size)
+        return RealmIndexState(
+            block_ids=corpus.row_ids,
+            corpus=corpus.with_embeddings(embeddings),
+            index=new_index.index,
+            index_type=new_index.index_type,
+            embedder_fingerprint=embedder_fingerprint,
+        )
+
+    def export_index_state(self) -> RealmIndexState:
+        """The current corpus embeddings and index as a [`RealmIndexState`] (e.g. to restore into another retriever)."""
+        with self._lock:
+            return RealmIndexState(
+                block_ids=self._corpus.row_ids,
+                corpus=self.corpus,
+                index=self._index.owned_cpu_index(copy=True),
+                index_type=self.index_type,
+                embedder_fingerprint=self.embedder_fingerprint,
+            )
+
+    def swap_index_state(self, state: RealmIndexState) -> None:
+        """
+        Atomically install a [`RealmIndexState`] (new embeddings + index): searches see either the old or the new
+        index, never a mix. Refused if the corpus's blocks changed since the state was built.
+        """
+        with self._lock:
+            if not np.array_equal(state.block_ids, self._corpus.row_ids):
+                raise ValueError(
+                    "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
+                )
+            self._corpus = BlockCorpus(state.corpus)
+            self._index = self._index.replaced_by(state.index, state.index_type)
+            self.embedder_fingerprint = state.embedder_fingerprint
+
+    def to_gpu(self, device: int = 0) -> RealmRetriever:
+        """
+        Move the index to GPU `device` (faiss-gpu only: `pip install realm-hf[gpu]`). Falls back to the CPU index with
+        a logged warning when faiss has no GPU support, no GPU is visible, or the index type has no GPU version.
+        """
+        with self._lock:
+            self._index.to_gpu(device)
+        return self
+
+    def to_cpu(self) -> RealmRetriever:
+        """Bring a GPU index back to CPU memory."""
+        with self._lock:
+            self._index.to_cpu()
+        return self
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Updating
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def add_documents(
+        self,
+        documents,
+        embedder: torch.nn.Module,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+    ) -> list[int]:
+        """
+        Split, embed and add documents to the corpus and the index, without retraining anything.
+
+        Blocks get fresh ids (never reused). Use the embedder that built the corpus: embeddings from different
+        embedders are not comparable (a warning is logged when the fingerprints differ).
+
+        Returns:
+            `list[int]`: the new block ids.
+        """
+        if self.tokenizer is None:
+            raise ValueError("This retriever has no tokenizer to split documents with: set `retriever.tokenizer`.")
+        fingerprint = fingerprint_module(embedder)
+        if self.embedder_fingerprint is not None and fingerprint != self.embedder_fingerprint:
+            warnings.warn(
+                "Adding documents embedded by a different embedder than the one that built this corpus: their scores "
+                "are not comparable. Re-embed the whole corpus with `retriever.embed_corpus(embedder)`.",
+                stacklevel=2,
+            )
+        max_block_length = self.max_block_length or 288
+        first_doc_id = self._corpus.next_doc_id(fallback=self._next_block_id)
+        columns, embeddings = _split_and_embed(
+            documents,
+            embedder,
+            self.tokenizer,
+            max_block_length,
+            first_doc_id,
+            "No blocks to add: the documents are empty.",
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            show_progress=show_progress,
+        )
+        return self._add_blocks(columns, embeddings)
+
+    def _add_blocks(self, columns: dict, embeddings: np.ndarray) -> list[int]:
+        if embeddings.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"New embeddings have dimension {embeddings.shape[1]} but the corpus has {self.embedding_dim}."
+            )
+        with self._lock:
+            new_ids = np.arange(self._next_block_id, self._next_block_id + len(embeddings), dtype=np.int64)
+            # Everything that can fail comes before the first change to the live state.
+            corpus = BlockCorpus(self._corpus.appended({"block_id": new_ids, **columns}, embeddings))
+            index = self._index.owned_cpu_index()
+            index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), new_ids)
+            self._corpus, self._index = corpus, self._index.replaced_by(index)
+            self._next_block_id = int(new_ids[-1]) + 1
+        return new_ids.tolist()
+
+    def remove_documents(self, doc_ids=None, *, block_ids=None) -> list[int]:
+        """
+        Remove documents (all their blocks, by `doc_id`) and/or individual blocks (by `block_id`) from the corpus and
+        the index. HNSW graphs cannot delete nodes in FAISS, so an HNSW index is rebuilt from the stored embeddings.
+
+        Returns:
+            `list[int]`: the removed block ids.
+        """
+        if doc_ids is None and block_ids is None:
+            raise ValueError("Pass `doc_ids` and/or `block_ids` to remove.")
+        remove = np.zeros(self.num_blocks, dtype=bool)
+        if doc_ids is not None:
+            remove |= self._corpus.doc_mask(doc_ids)
+        if block_ids is not None:
+            rows = self._corpus.rows(as_id_array(block_ids).reshape(-1))
+            remove[rows[rows >= 0]] = True
+        removed = self._corpus.row_ids[remove]
+        if len(removed) == 0:
+            return []
+        if len(removed) == self.num_blocks:
+            raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
+        with self._lock:
+            corpus = BlockCorpus(self.corpus.select(np.flatnonzero(~remove)))
+            if supports_remove(self.index):
+                index = self._index.owned_cpu_index()
+                index.remove_ids(np.ascontiguousarray(removed, dtype=np.int64))
+            else:
+                logger.info("FAISS cannot remove ids from an %s index: rebuilding it without them.", self.index_type)
+                index = self._rebuilt_index(corpus)
+            if index.ntotal != len(corpus):
+                raise RuntimeError(f"Index ({index.ntotal}) and corpus ({len(corpus)}) disagree after removal.")
+            self._corpus, self._index = corpus, self._index.replaced_by(index)
+        return removed.tolist()
+
+    def _rebuilt_index(self, corpus: BlockCorpus, train_size: int | None = None) -> faiss.Index:
+        """A CPU index of this index's type over `corpus`'s stored embeddings (for indexes that cannot remove ids)."""
+        logger.info("Rebuilding the %s index over %d blocks from the stored embeddings.", self.index_type, len(corpus))
+        rng = np.random.default_rng(0)
+
+        def sample(size: int) -> np.ndarray:
+            return corpus.embedding_rows(np.sort(rng.choice(len(corpus), size=size, replace=False)))
+
+        chunks = corpus.iter_embeddings()
+        return build_index(self.index_type, self.embedding_dim, chunks, len(corpus), sample, train_size)
+
+    def remove_blocks(self, block_ids) -> list[int]:
+        """Remove individual blocks by id (see [`~RealmRetriever.remove_documents`])."""
+        return self.remove_documents(block_ids=block_ids)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Staleness
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def is_stale(self, embedder: torch.nn.Module) -> bool | None:
+        """Whether `embedder`'s weights differ from those that embedded the corpus (`None` if no fingerprint)."""
+        if self.embedder_fingerprint is None:
+            return None
+        return fingerprint_module(embedder) != self.embedder_fingerprint
+
+    def check_embedder(self, embedder: torch.nn.Module) -> None:
+        """Refuse an embedder of another dimension; warn if its weights differ from the corpus's embedder."""
+        dim = _embedder_dim(embedder)
+        if dim is not None and dim != self.embedding_dim:
+            raise ValueError(
+                f"The embedder projects to {dim} dimensions (config.retriever_proj_size) but this corpus was built with "
+                f"an embedder of dimension {self.embedding_dim}. Re-embed the corpus with this embedder "
+                "(`retriever.embed_corpus(embedder)`) or use the matching model."
+            )
+        stale = self.is_stale(embedder)
+        if stale:
+            message = (
+                f"The corpus index is stale: it was embedded by an embedder with fingerprint {self.embedder_fingerprint}, "
+                f"but the given embedder's weights have fingerprint {fingerprint_module(embedder)}. Retrieval still "
+                "works, but scores no longer match what this embedder would produce; re-embed with "
+                "`retriever.embed_corpus(embedder)` and save again."
+            )
+            warnings.warn(message, stacklevel=3)
+        elif stale is None:
+            logger.info("No embedder fingerprint recorded for this corpus: cannot tell whether the index is stale.")
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Saving and loading
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def manifest(self) -> dict:
+        """The manifest `save_pretrained` writes (without file sizes)."""
+        return build_manifest(self)
+
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
+    ) -> None:
+        """
+        Save the corpus, index, tokenizer and manifest into `save_directory` (see the module docstring for the
+        layout). Only the retriever's own entries (`corpus/`, `index.faiss`, `tokenizer/`, `retriever_manifest.json`)
+        are touched, so a model's files in the same directory are kept.
+
+        The save is atomic per entry and all-or-nothing for a failure while writing: everything is first written to
+        a temporary sibling directory, then each entry is swapped in with `os.replace` (the manifest last), and a
+        failure restores the previous entries. A corpus saved before is never left half-overwritten.
+
+        Args:
+            save_directory (`str` or `os.PathLike`): Target directory (created if needed).
+            corpus_format (`str`, defaults to `"arrow"`): `"arrow"` (`Dataset.save_to_disk`: memory-mapped on load,
+                the choice for large corpora) or `"parquet"` (`corpus/data-XXXXX-of-XXXXX.parquet` shards, compact
+                and readable by any Parquet tool, for sharing on the Hub; converted to a memory-mapped Arrow cache on
+                load).
+            max_shard_size (`str` or `int`, defaults to `"500MB"`): Maximum size of a corpus shard.
+        """
+        if corpus_format not in ("arrow", "parquet"):
+            raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
+        save_directory = os.fspath(save_directory)
+        with self._lock:
+            save_retriever(self, os.fspath(save_directory), corpus_format, max_shard_size)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_path_or_repo_id: str | os.PathLike,
+        revision: str | None = None,
+        embedder: torch.nn.Module | None = None,
+        expected_dim: int | None = None,
+        expected_num_blocks: int | None = None,
+        mmap: bool = True,
+        use_gpu: bool = False,
+        subfolder: str | None = None,
+        repo_type: str | None = None,
+        cache_dir: str | None = None,
+        token: str | bool | None = None,
+    ) -> RealmRetriever:
+        """
+        Load a retriever saved with [`~RealmRetriever.save_pretrained`] from a local directory or a Hub repository.
+
+        The manifest is checked against the files and the model: a missing/corrupt manifest or index, or a
+        dimension/block-count mismatch, raises an error that says what is wrong and how to fix it; an embedder whose
+        weights differ from the corpus's (a stale index) gives a warning.
+
+        Args:
+            pretrained_path_or_repo_id (`str` or `os.PathLike`): Local directory, or a Hub repo id (model or dataset
+                repo; downloaded with `huggingface_hub.snapshot_download`, which honours `HF_HUB_OFFLINE`).
+            revision (`str`, *optional*): Hub revision.
+            embedder (`torch.nn.Module`, *optional*): The model's embedder: its projection size
+                (`config.retriever_proj_size`) must match the index; a different weight fingerprint warns.
+            expected_dim (`int`, *optional*): Required embedding dimension.
+            expected_num_blocks (`int`, *optional*): Required number of blocks.
+            mmap (`bool`, defaults to `True`): Memory-map the Arrow corpus and the index's flat codes instead of
+                reading them into RAM (a 13M-block corpus then costs page cache, not process memory). IVF lists are
+                always read into RAM.
+            use_gpu (`bool`, defaults to `False`): Move the index to GPU (see [`~RealmRetriever.to_gpu`]).
+            subfolder (`str`, *optional*): Folder inside the directory/repo (e.g. `"retriever"`).
+            repo_type (`str`, *optional*): `"model"` or `"dataset"`; both are tried when not given.
+            cache_dir, token: Passed to `snapshot_download`.
+        """
+        path = _resolve_pretrained_path(
+            os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
+        )
+        if expected_dim is None and embedder is not None:
+            expected_dim = _embedder_dim(embedder)
+        manifest, corpus, index, tokenizer = load_retriever_parts(path, expected_dim, expected_num_blocks, mmap)
+        retriever = cls(
+            corpus,
+            index,
+            tokenizer=tokenizer,
+            max_block_length=manifest.get("max_block_length"),
+            embedder_fingerprint=manifest.get("embedder_fingerprint"),
+            next_block_id=manifest.get("next_block_id"),
+        )
+        if embedder is not None:
+            retriever.check_embedder(embedder)
+        if use_gpu:
+            retriever.to_gpu()
+        return retriever
+
+    @classmethod
+    def from_legacy(
+        cls,
+        legacy_dir: str | os.PathLike,
+        tokenizer=None,
+        block_emb=None,
+        allow_pickle: bool = False,
+        index: str = "Flat",
+        embedder: torch.nn.Module | None = None,
+        train_size: int | None = None,
+        use_gpu: bool = False,
+    ) -> RealmRetriever:
+        """
+        Build a retriever from a legacy `RealmForOpenQA` checkpoint directory (e.g. google/realm-orqa-nq-openqa):
+        block texts from `block_records.npy`, block embeddings from the `block_emb` buffer in its weights.
+
+        Block ids are the legacy row indices and the embeddings are the exact legacy vectors, so with `index="Flat"`
+        search returns what the legacy brute-force einsum + topk returned. Titles are empty (legacy blocks had none).
+
+        `block_records.npy` is a *pickled* numpy object array: unpickling runs code from the file. It is refused
+        unless `allow_pickle=True` or the environment sets `REALM_HF_ALLOW_PICKLE=1`; convert once
+        ([`convert_legacy_checkpoint`]) and share the converted, pickle-free retriever instead.
+
+        Args:
+            legacy_dir (`str`): The checkpoint directory.
+            tokenizer (*optional*): Its tokenizer (loaded from `legacy_dir` with `AutoTokenizer` if not given).
+            block_emb (`torch.Tensor` or `np.ndarray`, *optional*): The `[num_block_records, dim]` embeddings, if
+                already loaded; otherwise read from `model.safetensors` or `pytorch_model.bin` (`weights_only=True`,
+                memory-mapped).
+            allow_pickle (`bool`, defaults to `False`): Allow unpickling `block_records.npy` (only for trusted files).
+            index (`str`, defaults to `"Flat"`): FAISS factory string (Flat reproduces the legacy exact search).
+            embedder (*optional*): The checkpoint's embedder, to record its fingerprint in the manifest.
+        """
+        legacy_dir = os.fspath(legacy_dir)
+        legacy_dir = os.fspath(legacy_dir)
+        columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
+        if tokenizer is None:
+            tokenizer = _try_load_tokenizer(legacy_dir)
+        return cls._build(
+            columns,
+            block_emb,
+            tokenizer=tokenizer,
+            index=index,
+            # Unknown for legacy blocks: re-embedding then truncates at the tokenizer's limit, like the legacy model.
+            max_block_length=None,
+            embedder_fingerprint=fingerprint_module(embedder) if embedder is not None else None,
+            train_size=train_size,
+            use_gpu=use_gpu,
+        )
