@@ -10,9 +10,11 @@ _ABBREVIATIONS = frozenset(
 )
 # No capital required after the end: uncased corpora (ICT blocks, BERT-uncased text) have none.
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+")
+# Cased text (FOLDOC): a sentence end must also be followed by a capital letter or a digit.
+_CASED_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
+def sentence_spans(text: str, cased: bool = False) -> list[tuple[int, int]]:
     """
     Split text into sentences with a rule-based splitter: a sentence ends at `.`, `!` or `?` (and closing quotes or
     brackets) followed by whitespace, except when the period follows a common abbreviation ("e.g.", "Inc."), an
@@ -20,6 +22,8 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
 
     Args:
         text (`str`): The text.
+        cased (`bool`, *optional*, defaults to `False`): For cased text: a sentence also needs a capital letter or a
+            digit after its end, and an initial may be written in either case (FOLDOC's rule).
 
     Returns:
         `list[tuple[int, int]]`: `(start, end)` character offsets of each sentence, without surrounding whitespace.
@@ -28,13 +32,15 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     offset = 0
     for paragraph in (text or "").split("\n"):
         start = 0
-        for m in _SENTENCE_END.finditer(paragraph):
-            if m.group(0).startswith("."):
-                # Only a period can belong to an abbreviation, an initial or a list marker; ? and ! always end.
+        for m in (_CASED_SENTENCE_END if cased else _SENTENCE_END).finditer(paragraph):
+            if cased or m.group(0).startswith("."):
+                # Only a period can belong to an abbreviation, an initial or a list marker; ? and ! always end
+                # (the cased rule, FOLDOC's since its first release, checks every end).
                 before = paragraph[start : m.start()].split()
                 raw = before[-1].lstrip("(\"'") if before else ""
                 word = raw.lower()
-                if word in _ABBREVIATIONS or re.fullmatch(r"[A-Z]", raw) or re.fullmatch(r"(?:[a-z]\.)+[a-z]", word):
+                initial = re.fullmatch(r"[a-z]" if cased else r"[A-Z]", word if cased else raw)
+                if word in _ABBREVIATIONS or initial or re.fullmatch(r"(?:[a-z]\.)+[a-z]", word):
                     continue
                 if word.isdigit() and len(before) == 1:
                     continue

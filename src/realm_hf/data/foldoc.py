@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..file_utils import atomic_write
 from ..metrics import has_answer, normalize_answer
-from ..sentences import sentence_spans as split_sentences  # public here too: FOLDOC code splits with it
+from ..sentences import sentence_spans
 
 __all__ = [
     "DEFAULT_DICT_PATH",
@@ -37,6 +37,15 @@ __all__ = [
     "truncate_entry",
     "write_foldoc_jsonl",
 ]
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """
+    FOLDOC's sentences: `(start, end)` character spans by the package's sentence rule in its cased form
+    ([`~realm_hf.sentences.sentence_spans`] with `cased=True`: an end needs a capital letter or a digit after it).
+    """
+    return sentence_spans(text, cased=True)
+
 
 DEFAULT_DICT_PATH = "/usr/share/dictd/foldoc.dict.dz"
 DEFAULT_INDEX_PATH = "/usr/share/dictd/foldoc.index"
