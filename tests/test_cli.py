@@ -149,7 +149,7 @@ def test_ask_with_context_reads_only_the_context(converted, capsys):
     context = "paris is the capital of france."
     assert run("ask", "what is the capital of france?", "--context", context, "--model", converted, "--json") == 0
     record = json.loads(capsys.readouterr().out)
-    assert "block" not in record
+    assert record["block"]["block_id"] is None and record["block"]["text"] == context  # the context, no corpus block
     assert context[record["start"] : record["end"]] == record["answer"]
 
 

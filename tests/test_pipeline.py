@@ -23,6 +23,7 @@ from realm_hf.pipeline_realm import (
     register_pipeline,
     write_pipeline_module,
 )
+from realm_hf.provenance import PROVENANCE_KEYS
 
 DOCS = [
     ("Compiler", "A compiler is a program that translates source code into machine code for a computer."),
@@ -101,11 +102,13 @@ def qa(tiny):
 def _check_open_answer(answer):
     assert set(answer) == {"answer", "score", "logit", "start", "end", "block"}
     block = answer["block"]
-    assert set(block) == {"id", "title", "text", "retrieval_score"}
+    # The shared schema (docs/provenance.md), plus the legacy aliases `id` and `score` of the block.
+    assert set(block) == {*PROVENANCE_KEYS, "id", "score"}
+    assert block["id"] == block["block_id"] and block["score"] == block["retrieval_score"]
     assert block["text"][answer["start"] : answer["end"]] == answer["answer"]
     assert answer["answer"].strip()
     assert 0.0 < answer["score"] <= 1.0
-    assert (block["title"], block["text"]) == DOCS[block["id"]]
+    assert (block["title"], block["text"]) == DOCS[block["block_id"]]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -118,12 +121,13 @@ def test_single_question_answer_with_provenance_matches_model(tiny, qa):
     answer = qa(QUESTIONS[0])
     _check_open_answer(answer)
     reference = model.answer(QUESTIONS[0])
-    # Top-1 is the model's own prediction; `logit` is REALM's score (span logit + retrieval score).
+    # Top-1 is the model's own prediction, with the same probability, logit and block dict.
     assert answer["answer"] == reference["answer"]
-    assert answer["block"]["id"] == reference["block"]["block_id"]
+    assert answer["block"]["block_id"] == reference["block"]["block_id"]
     assert (answer["start"], answer["end"]) == (reference["start"], reference["end"])
-    assert answer["logit"] == pytest.approx(reference["score"], abs=1e-4)
-    assert answer["block"]["retrieval_score"] == pytest.approx(reference["block"]["score"], abs=1e-4)
+    assert answer["logit"] == pytest.approx(reference["logit"], abs=1e-4)
+    assert answer["score"] == pytest.approx(reference["score"], abs=1e-5)
+    assert answer["block"]["retrieval_score"] == pytest.approx(reference["block"]["retrieval_score"], abs=1e-4)
 
 
 def test_batched_questions_match_single_and_use_one_forward(tiny, qa):
@@ -140,7 +144,7 @@ def test_batched_questions_match_single_and_use_one_forward(tiny, qa):
         single = qa(question)
         _check_open_answer(answer)
         assert answer["answer"] == single["answer"]
-        assert answer["block"]["id"] == single["block"]["id"]
+        assert answer["block"]["block_id"] == single["block"]["block_id"]
         assert answer["logit"] == pytest.approx(single["logit"], abs=1e-3)
 
 
@@ -162,7 +166,7 @@ def test_top_k_distinct_answers_across_blocks(tiny, qa):
     assert sum(a["score"] for a in answers) <= 1.0 + 1e-6
     assert answers[0]["answer"] == qa(QUESTIONS[1])["answer"]
     # Every read block may contribute: the candidates come from reader_logits over all blocks (1000 > all spans).
-    assert {a["block"]["id"] for a in qa(QUESTIONS[1], top_k=1000)} == {
+    assert {a["block"]["block_id"] for a in qa(QUESTIONS[1], top_k=1000)} == {
         b["block_id"] for b in tiny[0].answer(QUESTIONS[1])["retrieved"]
     }
 
@@ -174,8 +178,18 @@ def test_top_k_batched_returns_list_per_question(qa):
 
 def test_num_blocks_and_max_answer_len(tiny, qa):
     model = tiny[0]
-    answers = qa(QUESTIONS[0], num_blocks=5, top_k=1000)  # every span of every block: all 5 blocks are read
-    assert len({a["block"]["id"] for a in answers}) == 5
+    seen = []
+    # What the reader sees during the call: 5 blocks while the config still says 3 (nothing shared is changed).
+    hook = model.reader.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((kwargs["input_ids"].shape[1], model.config.reader_beam_size)),
+        with_kwargs=True,
+    )
+    try:
+        answers = qa(QUESTIONS[0], num_blocks=5, top_k=1000)  # every span of every block: all 5 blocks are read
+    finally:
+        hook.remove()
+    assert seen == [(5, 3)]
+    assert len({a["block"]["block_id"] for a in answers}) == 5
     assert model.config.reader_beam_size == 3  # a per-call setting, not a change to the model
     tokenizer = tiny[1]
     for answer in qa(QUESTIONS[0], max_answer_len=1, top_k=10):
@@ -214,7 +228,15 @@ def test_context_answers_from_the_context_alone(tiny, qa):
     finally:
         hook.remove()
     assert not calls  # no retrieval
-    assert set(answer) == {"answer", "score", "logit", "start", "end"}
+    assert set(answer) == {"answer", "score", "logit", "start", "end", "block"}
+    # Same schema as retrieval answers: the block is the context itself, from no corpus, relevance 0.
+    assert {k: answer["block"][k] for k in PROVENANCE_KEYS} == {
+        "block_id": None,
+        "doc_id": None,
+        "title": None,
+        "text": context,
+        "retrieval_score": 0.0,
+    }
     assert context[answer["start"] : answer["end"]] == answer["answer"]
     assert answer == dict_answer
     # Relevance score 0: the logit is the reader's span score alone.
@@ -244,11 +266,11 @@ def test_long_context_is_read_in_windows(tiny, qa):
 def test_mixed_batch_of_context_and_open_questions(qa):
     inputs = [{"question": QUESTIONS[0], "context": "Unix was written at Bell Labs."}, QUESTIONS[1]]
     batched = qa(inputs, batch_size=2)
-    assert "block" not in batched[0] and "block" in batched[1]
+    assert batched[0]["block"]["block_id"] is None and batched[1]["block"]["block_id"] is not None
     assert batched[0] == qa(inputs[0])
     assert batched[1]["answer"] == qa(inputs[1])["answer"]
     both = qa(question=QUESTIONS[:2], context="Unix was written by Ken Thompson.")
-    assert len(both) == 2 and all("block" not in a for a in both)
+    assert len(both) == 2 and all(a["block"]["block_id"] is None for a in both)
 
 
 def test_context_without_retriever(tiny):
@@ -307,7 +329,7 @@ def test_realm_pipeline_from_directory(tiny):
     assert len(answers) == 2
     reference = tiny[0].answer(QUESTIONS[0])
     assert answers[0]["answer"] == reference["answer"]
-    assert answers[0]["logit"] == pytest.approx(reference["score"], abs=1e-4)
+    assert answers[0]["logit"] == pytest.approx(reference["logit"], abs=1e-4)
 
 
 def test_realm_pipeline_infers_the_task_for_realm_models(tiny):
@@ -404,6 +426,6 @@ def assert_same_answers(got, expected, abs=1e-5):
     for a, b in zip(got, expected):
         assert (a["answer"], a["start"], a["end"]) == (b["answer"], b["start"], b["end"])
         assert a["score"] == pytest.approx(b["score"], abs=abs) and a["logit"] == pytest.approx(b["logit"], abs=abs)
-        if "block" in b:
-            assert a["block"]["id"] == b["block"]["id"] and a["block"]["text"] == b["block"]["text"]
+        if b.get("block") is not None:
+            assert a["block"]["block_id"] == b["block"]["block_id"] and a["block"]["text"] == b["block"]["text"]
             assert a["block"]["retrieval_score"] == pytest.approx(b["block"]["retrieval_score"], abs=abs)

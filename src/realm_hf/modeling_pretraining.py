@@ -278,11 +278,6 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     # ------------------------------------------------------------------------------------------------ structure
 
     @property
-    def document_embedder(self) -> RealmEmbedder:
-        """The embedder of the blocks (`embedder`): what a re-index must embed the corpus with."""
-        return self.embedder
-
-    @property
     def shares_query_document_embedder(self) -> bool:
         return self._modules.get("query_embedder") is None
 
@@ -312,13 +307,18 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         check_retriever_dim(retriever, self.config)
         self.retriever = retriever
 
-    def _require_retriever(self):
+    def require_retriever(self):
+        """The attached retriever; raises a `ValueError` that says how to attach one when there is none."""
         if self.retriever is None:
             raise ValueError(
                 "RealmForPreTraining has no retriever: build a corpus with `RealmRetriever.from_documents(...)` and "
                 "attach it with `model.set_retriever(retriever)`."
             )
         return self.retriever
+
+    def _require_retriever(self):
+        # The private name earlier releases used; kept for their callers.
+        return self.require_retriever()
 
     def _tokenizer(self):
         tokenizer = self.tokenizer if self.tokenizer is not None else getattr(self.retriever, "tokenizer", None)
@@ -357,7 +357,7 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             `(block_ids, blocks)`: a `torch.LongTensor` of shape `(batch_size, num_blocks)` (-2 where the corpus ran
             out of blocks) and, per query, a list of `num_blocks` block dicts (`title`, `text`; empty for padding).
         """
-        retriever = self._require_retriever()
+        retriever = self.require_retriever()
         batch_size = query_embeddings.shape[0]
         sources = self._source_ids(source_block_ids, batch_size)
         if num_blocks <= 0:
@@ -676,17 +676,27 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         return model
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, retriever=None, tokenizer=None, **kwargs):
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *model_args,
+        retriever=None,
+        tokenizer=None,
+        load_retriever: bool = True,
+        **kwargs,
+    ):
         r"""
-        Load the model and, unless `retriever` is given, the corpus saved with it in `retriever/` (if any).
+        Load the model and, unless `retriever` is given or `load_retriever=False`, the corpus saved with it in
+        `retriever/` (if any).
 
         Args:
             retriever ([`RealmRetriever`], *optional*): Corpus to attach instead of the saved one.
             tokenizer (*optional*): Block tokenizer to attach.
+            load_retriever (`bool`, *optional*, defaults to `True`): `False` loads the weights alone.
         """
         model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         retriever_dir = os.path.join(str(pretrained_model_name_or_path), RETRIEVER_SUBFOLDER)
-        if retriever is None and os.path.isdir(retriever_dir):
+        if retriever is None and load_retriever and os.path.isdir(retriever_dir):
             from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
 
             retriever = RealmRetriever.from_pretrained(retriever_dir)

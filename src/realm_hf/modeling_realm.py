@@ -17,6 +17,7 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredict
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
+from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,14 @@ class RealmForOpenQAOutput(ModelOutput):
         retrieved_scores (`torch.FloatTensor` of shape `(batch_size, k)`):
             Retrieval scores (question · block inner products) of the retrieved blocks.
         retrieved_blocks (`list[list[dict]]`):
-            The retrieved blocks (`block_id`, `title`, `text`, `score`): the answers' provenance.
+            The retrieved blocks (`block_id`, `title`, `text`, `score` and the corpus's other columns): the answers'
+            provenance.
+        reader_input_ids (`torch.LongTensor` of shape `(batch_size, num_read_blocks, sequence_length)`):
+            The reader's (question, block) pairs as the forward tokenized them, so that a caller can cut answers from
+            other spans than the best one without tokenizing the pairs again.
+        reader_offset_mapping (`torch.LongTensor` of shape `(batch_size, num_read_blocks, seq_len, 2)`, *optional*):
+            Character offsets of each token of `reader_input_ids` in its segment (question or block text); `None`
+            with a slow tokenizer.
     """
 
     loss: torch.FloatTensor | None = None
@@ -155,6 +163,8 @@ class RealmForOpenQAOutput(ModelOutput):
     retrieved_block_ids: torch.LongTensor | None = None
     retrieved_scores: torch.FloatTensor | None = None
     retrieved_blocks: list[list[dict]] | None = None
+    reader_input_ids: torch.LongTensor | None = None
+    reader_offset_mapping: torch.LongTensor | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -373,9 +383,14 @@ class RealmEmbedder(RealmPreTrainedModel):
 
 class RealmQueryEmbedderMixin:
     """
-    `query_embedder` for models that embed queries and blocks: a separate [`RealmEmbedder`] registered as the
-    `query_embedder` submodule, or else the block embedder `embedder` itself (shared weights, registered once so
-    that its weights are saved once).
+    `query_embedder` and `document_embedder` for the models whose `embedder` submodule is the document (block)
+    embedder ([`RealmScorer`], [`RealmForPreTraining`], [`RealmForInverseClozeTask`]). The query embedder is a
+    separate [`RealmEmbedder`] registered as the `query_embedder` submodule, or else `embedder` itself (shared
+    weights, registered once so that its weights are saved once).
+
+    Both names mean the same on every REALM model, [`RealmForOpenQA`] included (whose `embedder` is the *question*
+    embedder): `query_embedder` embeds questions / masked inputs, `document_embedder` embeds the blocks whose
+    vectors fill the index. `embedder` stays the attribute (and state-dict) name of the legacy checkpoints.
     """
 
     @property
@@ -384,12 +399,20 @@ class RealmQueryEmbedderMixin:
         separate = self._modules.get("query_embedder")
         return separate if separate is not None else self.embedder
 
+    @property
+    def document_embedder(self) -> RealmEmbedder:
+        """The embedder of the blocks (`embedder`): what a re-index must embed the corpus with."""
+        return self.embedder
+
 
 class RealmScorer(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     The REALM retrieval scorer: embeds an input with the query embedder and `config.num_candidates` candidate blocks
     with the document embedder and returns their inner products, the logits of p(z|x). Used in pre-training to
     re-score retrieved blocks with the current weights, so that the gradient reaches both embedders.
+
+    Submodules: `embedder`, the candidate (document) embedder, also reachable as `document_embedder`; and
+    `query_embedder`, the input embedder (the same module as `embedder` unless one is passed).
 
     Args:
         config ([`RealmConfig`]): Model configuration.
@@ -823,9 +846,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
     r"""
     End-to-end open-domain question answering: p(y|x) = sum over the top-k blocks z of p(y|z,x) p(z|x).
 
-    The question is embedded with `embedder`, the top blocks are found by maximum inner product search in the
-    `retriever`'s index (the corpus and index live outside the model weights), and `reader` scores answer spans in
-    each (question, block) pair. Answers a whole batch of questions in one call.
+    The question is embedded with the question embedder (`query_embedder`, stored as `embedder` as in the legacy
+    checkpoints), the top blocks are found by maximum inner product search in the `retriever`'s index (the corpus and
+    index live outside the model weights), and `reader` scores answer spans in each (question, block) pair. Answers a
+    whole batch of questions in one call. `document_embedder` is the model's own block embedder when it trains one
+    end to end ([`~RealmForOpenQA.add_document_embedder`]), else `None`: the index was embedded outside the model.
 
     Args:
         config ([`RealmConfig`]): Model configuration.
@@ -866,6 +891,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
     def get_input_embeddings(self):
         """The question embedder's word embeddings (what PEFT and `resize_token_embeddings` look for)."""
         return self.embedder.get_input_embeddings()
+
+    @property
+    def query_embedder(self) -> RealmEmbedder:
+        """The question embedder, `embedder` (the name its weights carry in every REALM Open-QA checkpoint)."""
+        return self.embedder
 
     def add_document_embedder(self, embedder: RealmEmbedder | None = None, trainable: bool = True) -> RealmEmbedder:
         r"""
@@ -935,23 +965,27 @@ class RealmForOpenQA(RealmPreTrainedModel):
         )
         return embeddings.view(len(blocks), len(blocks[0]), -1)
 
-    def _document_gradient_beam_size(self, k: int) -> int:
+    def _document_gradient_beam_size(self, k: int, reader_beam_size: int | None = None) -> int:
         """
         Blocks per question re-embedded with gradient while the document embedder trains:
-        `config.document_gradient_beam_size` (default `config.reader_beam_size`), at most `k` (the searcher beam).
+        `config.document_gradient_beam_size` (default: the blocks read, `config.reader_beam_size` unless the call
+        says otherwise), at most `k` (the searcher beam).
         """
         m = getattr(self.config, "document_gradient_beam_size", None)
-        m = self.config.reader_beam_size if m is None else int(m)
-        return max(0, min(m, k))
+        if m is None:
+            m = self.config.reader_beam_size if reader_beam_size is None else reader_beam_size
+        return max(0, min(int(m), k))
 
-    def _training_block_embeddings(self, retriever, tokenizer, search, question_projection) -> torch.Tensor:
+    def _training_block_embeddings(
+        self, retriever, tokenizer, search, question_projection, reader_beam_size: int | None = None
+    ) -> torch.Tensor:
         """
         Block embeddings `[batch, k, proj]` for the relevance scores while the document embedder trains: fresh ones
         (with gradient) for the first `document_gradient_beam_size` blocks of each question's beam, the index's
         stored ones (no gradient) for the rest.
         """
         k = search.block_ids.shape[1]
-        m = self._document_gradient_beam_size(k)
+        m = self._document_gradient_beam_size(k, reader_beam_size)
         device = question_projection.device
         fresh = self._embed_blocks(tokenizer, [row[:m] for row in search.blocks]).to(device) if m else None
         if fresh is not None and m == k:
@@ -977,22 +1011,34 @@ class RealmForOpenQA(RealmPreTrainedModel):
         self.retriever = retriever
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, retriever=None, allow_pickle=False, **kwargs):
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *model_args,
+        retriever=None,
+        load_retriever: bool = True,
+        allow_pickle=False,
+        **kwargs,
+    ):
         r"""
-        Load the model and, unless `retriever` is given, the knowledge corpus saved with it.
+        Load the model and, unless `retriever` is given or `load_retriever=False`, the knowledge corpus saved with it.
 
         Besides the usual [`~transformers.PreTrainedModel.from_pretrained`] arguments:
 
         Args:
             retriever ([`RealmRetriever`], *optional*):
                 Corpus to attach instead of the one found in the checkpoint.
+            load_retriever (`bool`, *optional*, defaults to `True`):
+                Load the saved corpus and index. `False` loads the weights alone (nothing is read, downloaded or
+                unpickled for the corpus; `model.retriever` is `None` unless `retriever` is given), e.g. to re-embed
+                a corpus, convert weights, or answer from given contexts only.
             allow_pickle (`bool`, *optional*, defaults to `False`):
                 For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
                 Prefer converting once with `realm-hf convert`.
         """
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
-        if retriever is None:
+        if retriever is None and load_retriever:
             retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
         model.set_retriever(retriever)
         return loaded
@@ -1028,7 +1074,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
 
         return push_to_hub(self, repo_id, **kwargs)
 
-    def _require_retriever(self):
+    def require_retriever(self):
+        """
+        The attached retriever; raises a `ValueError` that says how to attach one (or, for a legacy checkpoint, how
+        to convert it) when there is none.
+        """
         if self.retriever is None:
             hint = ""
             if getattr(self, "legacy_block_emb", None) is not None:
@@ -1042,6 +1092,10 @@ class RealmForOpenQA(RealmPreTrainedModel):
                 " with `model.set_retriever(retriever)` or `from_pretrained(..., retriever=retriever)`." + hint
             )
         return self.retriever
+
+    def _require_retriever(self):
+        # The private name earlier releases used (and other modules called); kept for their callers.
+        return self.require_retriever()
 
     def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
         """Question embeddings, shape `(batch_size, retriever_proj_size)`."""
@@ -1057,6 +1111,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         answer_ids: list | None = None,
         answers: list[list[str]] | None = None,
         questions: list[str] | None = None,
+        num_blocks: int | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> tuple | RealmForOpenQAOutput:
@@ -1070,12 +1125,21 @@ class RealmForOpenQA(RealmPreTrainedModel):
             Gold answers as strings, one list per question (alternative to `answer_ids`).
         questions (`list[str]`, *optional*):
             Question texts; if omitted they are decoded from `input_ids` (as the legacy port did).
+        num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`):
+            Blocks the reader reads per question in this call; in evaluation mode also the blocks retrieved (in
+            training mode `config.searcher_beam_size` are retrieved for the retrieval loss). A per-call argument: the
+            config is never changed, so concurrent calls with different values do not interfere.
 
         Returns:
             [`RealmForOpenQAOutput`]
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        retriever = self._require_retriever()
+        if num_blocks is not None and (
+            isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
+        ):
+            raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
+        reader_beam_size = self.config.reader_beam_size if num_blocks is None else num_blocks
+        retriever = self.require_retriever()
         tokenizer = retriever.tokenizer
         if input_ids is None:
             raise ValueError("`input_ids` (the tokenized questions) are required.")
@@ -1094,13 +1158,16 @@ class RealmForOpenQA(RealmPreTrainedModel):
 
         # [batch, proj]
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
-        k = min(self.searcher_beam_size, len(retriever))
+        # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
+        k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
         search = retriever.search(question_projection.detach(), k)
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
             # embedder; stored ones for the rest of the beam (memory bounded by `document_gradient_beam_size`).
-            block_emb = self._training_block_embeddings(retriever, tokenizer, search, question_projection)
+            block_emb = self._training_block_embeddings(
+                retriever, tokenizer, search, question_projection, reader_beam_size
+            )
         else:
             # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
             # einsum did.
@@ -1121,7 +1188,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
             max_length=self.config.reader_seq_len,
             return_offsets_mapping=getattr(tokenizer, "is_fast", False),
         ).to(self.reader.device)
-        reader_beam_size = min(self.config.reader_beam_size, k)
+        reader_beam_size = min(reader_beam_size, k)
         reader_output = self.reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],
@@ -1142,6 +1209,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         self, reader_output: RealmReaderOutput, reader_inputs: RealmReaderInputs, block_ids, relevance_score, search
     ) -> RealmForOpenQAOutput:
         batch = torch.arange(block_ids.shape[0], device=reader_output.block_idx.device)
+        num_read = reader_output.reader_logits.shape[1]
         answer_scores = reader_output.reader_logits[batch, reader_output.block_idx, reader_output.candidate]
         answer_ids, answer_texts, char_spans = [], [], []
         blocks = search.blocks
@@ -1173,26 +1241,44 @@ class RealmForOpenQA(RealmPreTrainedModel):
             retrieved_block_ids=block_ids,
             retrieved_scores=relevance_score,
             retrieved_blocks=retrieved_blocks,
+            # The read pairs, so callers (the pipeline's top-k answers) need not tokenize them a second time.
+            reader_input_ids=reader_inputs.input_ids[:, :num_read],
+            reader_offset_mapping=reader_inputs.offset_mapping[:, :num_read]
+            if reader_inputs.offset_mapping is not None
+            else None,
         )
 
     @torch.inference_mode()
-    def answer(self, questions: str | list[str], tokenizer=None, batch_size: int = 16, max_question_length: int = 64):
-        """
-        Answer questions end to end.
+    def answer(
+        self,
+        questions: str | list[str],
+        tokenizer=None,
+        batch_size: int = 16,
+        max_question_length: int = 64,
+        num_blocks: int | None = None,
+    ):
+        r"""
+        Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
+        (docs/provenance.md).
 
         Args:
             questions (`str` or `list[str]`): The questions.
             tokenizer (*optional*): Question tokenizer; defaults to the retriever's.
-            batch_size (`int`): Questions per forward pass.
-            max_question_length (`int`): Questions longer than this many wordpieces are refused.
+            batch_size (`int`, *optional*, defaults to 16): Questions per forward pass.
+            max_question_length (`int`, *optional*, defaults to 64): Questions longer than this many wordpieces are
+                refused.
+            num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per
+                question.
 
         Returns:
-            `list[dict]` with `question`, `answer`, `score`, `block` (the answer's block, provenance) and
-            `retrieved` (all retrieved blocks with their scores).
+            A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
+            span's probability over every span of every read block), `logit` (REALM's raw score: span logit +
+            retrieval score), `start`, `end` (character offsets in `block["text"]`), `block` (the answer's block, see
+            [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
         """
         single = isinstance(questions, str)
         questions = [questions] if single else list(questions)
-        tokenizer = tokenizer if tokenizer is not None else self._require_retriever().tokenizer
+        tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
         check_questions(questions, tokenizer, max_question_length)
         was_training = self.training
         self.eval()
@@ -1206,20 +1292,23 @@ class RealmForOpenQA(RealmPreTrainedModel):
                     attention_mask=inputs["attention_mask"],
                     token_type_ids=inputs.get("token_type_ids"),
                     questions=chunk,
+                    num_blocks=num_blocks,
                 )
+                reader_output = out.reader_output
                 for b, question in enumerate(chunk):
-                    row = int(out.reader_output.block_idx[b])
-                    results.append(
-                        {
-                            "question": question,
-                            "answer": out.predicted_answers[b],
-                            "score": float(out.answer_scores[b]),
-                            "start": out.answer_char_spans[b][0] if out.answer_char_spans[b] else None,
-                            "end": out.answer_char_spans[b][1] if out.answer_char_spans[b] else None,
-                            "block": out.retrieved_blocks[b][row],
-                            "retrieved": out.retrieved_blocks[b],
-                        }
+                    row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
+                    log_probs = span_log_probs(reader_output.reader_logits[b])
+                    span = out.answer_char_spans[b]
+                    retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
+                    record = answer_record(
+                        out.predicted_answers[b],
+                        score=float(log_probs[row, candidate].exp()),
+                        logit=float(out.answer_scores[b]),
+                        start=span[0] if span else None,
+                        end=span[1] if span else None,
+                        block=retrieved[row],
                     )
+                    results.append({"question": question, **record, "retrieved": retrieved})
         finally:
             self.train(was_training)
         return results[0] if single else results

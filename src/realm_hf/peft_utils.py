@@ -35,33 +35,40 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-# Component name -> attribute path, per model class. The paper's fine-tuning trains the question embedder and the
-# reader and keeps the document embedder fixed (the index is precomputed with it), hence the default targets.
-_COMPONENTS = {
-    "RealmForOpenQA": {"reader": "reader", "query_embedder": "embedder", "document_embedder": "document_embedder"},
-    "RealmReader": {"reader": ""},
-    "RealmEmbedder": {"query_embedder": "", "document_embedder": "", "embedder": ""},
-    "RealmScorer": {"query_embedder": "embedder", "document_embedder": "embedder", "embedder": "embedder"},
-    "RealmKnowledgeAugEncoder": {"encoder": ""},
-    "RealmForInverseClozeTask": {"query_embedder": "query_embedder", "document_embedder": "embedder"},
-}
-
+# Component names every REALM model answers to with the same meaning (`query_embedder` embeds questions / masked
+# inputs, `document_embedder` the indexed blocks), so a component is found by attribute, with no per-class table.
+# The paper's fine-tuning trains the question embedder and the reader and keeps the document embedder fixed (the
+# index is precomputed with it), hence the default targets.
+COMPONENTS = ("reader", "query_embedder", "document_embedder", "encoder", "embedder")
 DEFAULT_TARGETS = ("reader", "query_embedder")
 DEFAULT_TARGET_MODULES = ("query", "value")
 
 
-def _component_paths(model: torch.nn.Module) -> dict[str, str]:
-    name = type(model).__name__
-    if name == "RealmForPreTraining":
-        # Query and document embedder may be one module (`share_query_document_embedder`).
-        separate = model._modules.get("query_embedder") is not None
-        return {
-            "query_embedder": "query_embedder" if separate else "embedder",
-            "document_embedder": "embedder",
-            "embedder": "embedder",
-            "encoder": "encoder",
-        }
-    return dict(_COMPONENTS.get(name, {}))
+def _self_components(model: torch.nn.Module) -> tuple[str, ...]:
+    """The component names a single-component model answers to itself (its LoRA pattern then has no prefix)."""
+    from .modeling_realm import RealmEmbedder, RealmKnowledgeAugEncoder, RealmReader
+
+    if isinstance(model, RealmReader):
+        return ("reader",)
+    if isinstance(model, RealmEmbedder):
+        return ("query_embedder", "document_embedder", "embedder")
+    if isinstance(model, RealmKnowledgeAugEncoder):
+        return ("encoder",)
+    return ()
+
+
+def _component_path(model: torch.nn.Module, target: str) -> str | None:
+    """
+    The submodule path of component `target` of `model`: `""` for the model itself, `None` when the model has no
+    such module. An alias (`RealmForOpenQA.query_embedder` is `embedder`) resolves to the path the weights carry.
+    """
+    if target in _self_components(model):
+        return ""
+    module = getattr(model, target, None)
+    if not isinstance(module, torch.nn.Module):
+        return None
+    # `named_modules` names a shared module once, by its registered path: what peft matches against.
+    return next((name for name, candidate in model.named_modules() if candidate is module), None)
 
 
 @contextlib.contextmanager
@@ -111,7 +118,8 @@ def lora_target_regex(
     Args:
         model (`torch.nn.Module`): A REALM model ([`RealmForOpenQA`], [`RealmReader`], [`RealmEmbedder`], ...).
         targets (`Sequence[str]`): Components: `"reader"`, `"query_embedder"`, `"document_embedder"`, `"encoder"`
-            (whichever the model has), or the attribute name of a submodule.
+            (whichever the model has; the embedder names mean the same on every REALM model), or the attribute name
+            of a submodule.
         target_modules (`Sequence[str]`): Linear layers of the BERT attention: any of `"query"`, `"key"`,
             `"value"` (in `attention.self`) and `"dense"` (the attention output projection, `attention.output`).
 
@@ -129,20 +137,18 @@ def lora_target_regex(
         raise ValueError("`targets` is empty: name at least one component, e.g. ('reader', 'query_embedder').")
     if not target_modules:
         raise ValueError("`target_modules` is empty: name at least one attention projection, e.g. ('query', 'value').")
-    components = _component_paths(model)
     prefixes = []
     for target in targets:
-        if target in components:
-            path = components[target]
-        elif isinstance(getattr(model, target, None), torch.nn.Module):
-            path = target
-        else:
-            known = sorted(components) or ["(none known)"]
+        path = _component_path(model, target)
+        if path is None:
+            if target in COMPONENTS and hasattr(model, target):
+                raise ValueError(
+                    f"{type(model).__name__}.{target} is not set, so {target!r} cannot get LoRA adapters."
+                )
+            known = [name for name in COMPONENTS if _component_path(model, name) is not None] or ["(none known)"]
             raise ValueError(
                 f"{type(model).__name__} has no component {target!r} to put LoRA on; choose from {', '.join(known)}."
             )
-        if path and getattr(model, path, None) is None:
-            raise ValueError(f"{type(model).__name__}.{path} is not set, so {target!r} cannot get LoRA adapters.")
         if path not in prefixes:
             prefixes.append(path)
     if "" in prefixes:
@@ -333,6 +339,7 @@ def lora_parameter_names(model: torch.nn.Module) -> list[str]:
 
 
 __all__ = [
+    "COMPONENTS",
     "DEFAULT_TARGETS",
     "DEFAULT_TARGET_MODULES",
     "add_lora",

@@ -29,8 +29,6 @@ every other model if a later version restored the task.
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import json
 import logging
 import os
@@ -42,7 +40,7 @@ import torch
 from transformers import Pipeline
 
 from .modeling_realm import RealmForOpenQA, check_questions
-from .reader_inputs import build_reader_inputs
+from .provenance import answer_record, block_provenance, span_log_probs
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +66,18 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     the keyword arguments `question=` / `context=` (each a string or a list). Lists are batched through the model:
     one forward pass per `batch_size` questions.
 
-    Each answer is a dict with:
+    Each answer is a dict in the schema `RealmForOpenQA.answer()` and `realm-hf ask --json` share
+    (docs/provenance.md):
 
     - `answer` (`str`): the span, cut from the original block (or context) text;
     - `score` (`float`): the span's probability under the reader, i.e. the softmax of REALM's span logits over every
       span of every read block (for REALM this is p(span, block | question) restricted to the retrieved blocks);
     - `logit` (`float`): REALM's raw score of the span, span logit + retrieval score of its block (the quantity the
       model maximises; with a context the retrieval score is 0);
-    - `start`, `end` (`int`): character offsets of the answer in its block's text (in the context with `context=`);
-    - `block` (`dict`, without `context` only): provenance, `{"id", "title", "text", "retrieval_score"}`.
+    - `start`, `end` (`int`): character offsets of the answer in `block["text"]`;
+    - `block` (`dict`): provenance from [`~realm_hf.provenance.block_provenance`]: `block_id`, `doc_id`, `title`,
+      `text`, `retrieval_score` and the corpus's other columns. For a `context` answer the block is the context:
+      `block_id`, `doc_id` and `title` are `None`, `retrieval_score` is 0.
 
     With `top_k=1` each question gets one dict, otherwise a list of up to `top_k` dicts with distinct answer texts
     (compared case- and whitespace-insensitively), best first.
@@ -88,7 +89,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
 
     >>> qa = realm_hf.pipeline("question-answering", model="path/to/realm-model")
     >>> qa("what is a compiler?")
-    {'answer': ..., 'score': ..., 'logit': ..., 'start': ..., 'end': ..., 'block': {'id': ..., 'title': ..., ...}}
+    {'answer': ..., 'score': ..., 'logit': ..., 'start': ..., 'end': ..., 'block': {'block_id': ..., 'title': ..., ...}}
     >>> qa(["what is a compiler?", "who wrote unix?"], top_k=3)  # one forward pass, three answers each
     >>> qa(question="who wrote unix?", context="Unix was written by Ken Thompson and Dennis Ritchie.")
     ```
@@ -267,34 +268,21 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         return {"results": results}
 
     def _retrieve_and_read(self, questions: list[str], num_blocks: int | None) -> list[dict]:
-        retriever = self.model._require_retriever()
+        self.model.require_retriever()
         encoded = self.tokenizer(questions, padding=True, return_tensors="pt").to(self.device)
-        with _num_blocks(self.model, num_blocks) as extra_kwargs:
-            out = self.model(
-                input_ids=encoded["input_ids"],
-                attention_mask=encoded["attention_mask"],
-                token_type_ids=encoded.get("token_type_ids"),
-                questions=questions,
-                return_dict=True,
-                **extra_kwargs,
-            )
+        # `num_blocks` is a forward argument: the shared config is never changed, so concurrent calls are safe.
+        out = self.model(
+            input_ids=encoded["input_ids"],
+            attention_mask=encoded["attention_mask"],
+            token_type_ids=encoded.get("token_type_ids"),
+            questions=questions,
+            num_blocks=num_blocks,
+            return_dict=True,
+        )
         reader_output = out.reader_output
         num_read = reader_output.reader_logits.shape[1]
-        offsets = getattr(out, "reader_offset_mapping", None)
-        input_ids = None
-        if offsets is None:
-            # The model's output keeps no character offsets; re-tokenizing the pairs exactly as its forward did (same
-            # tokenizer, questions, blocks and length) reproduces its reader inputs token for token.
-            reader_tokenizer = retriever.tokenizer
-            pairs = build_reader_inputs(
-                reader_tokenizer,
-                questions,
-                [[block["text"] for block in blocks] for blocks in out.retrieved_blocks],
-                max_length=self.model.config.reader_seq_len,
-                return_offsets_mapping=getattr(reader_tokenizer, "is_fast", False),
-            )
-            offsets = pairs.offset_mapping
-            input_ids = pairs.input_ids
+        # The forward's own encoded pairs: each (question, block) pair is tokenized once per call.
+        offsets, input_ids = out.reader_offset_mapping, out.reader_input_ids
         results = []
         for b, question in enumerate(questions):
             blocks = out.retrieved_blocks[b][:num_read]
@@ -305,17 +293,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                     "starts": reader_output.candidate_starts.cpu(),
                     "ends": reader_output.candidate_ends.cpu(),
                     "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
-                    "input_ids": input_ids[b, :num_read].cpu() if input_ids is not None else None,
+                    "input_ids": input_ids[b, :num_read].cpu(),
                     "texts": [block["text"] for block in blocks],
-                    "blocks": [
-                        {
-                            "id": int(block["block_id"]),
-                            "title": block.get("title"),
-                            "text": block["text"],
-                            "retrieval_score": float(block["score"]),
-                        }
-                        for block in blocks
-                    ],
+                    "blocks": [block_provenance(block) for block in blocks],
                 }
             )
         return results
@@ -366,6 +346,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         results = []
         for i, (question, context) in enumerate(zip(questions, contexts)):
             windows = [w for w, owner in enumerate(window_owner) if owner == i]
+            # Offsets of every window are in the whole context: one block dict for all of them.
+            block = block_provenance({"text": context}, retrieval_score=0.0)
             results.append(
                 {
                     "question": question,
@@ -375,7 +357,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                     "offsets": offsets[windows],
                     "input_ids": None,
                     "texts": [context] * len(windows),
-                    "blocks": None,
+                    "blocks": [block] * len(windows),
                 }
             )
         return results
@@ -391,10 +373,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         max_answer_len = max_answer_len or self.model.config.max_span_width
         answers = _best_spans(result, top_k, max_answer_len, self.tokenizer)
         if top_k == 1:
-            if answers:
-                return answers[0]
-            empty = {"answer": "", "score": 0.0, "logit": None, "start": None, "end": None}
-            return empty if result["blocks"] is None else {**empty, "block": None}
+            return (
+                answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)
+            )
         return answers
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
@@ -444,26 +425,6 @@ def _normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()
 
 
-@contextlib.contextmanager
-def _num_blocks(model: RealmForOpenQA, num_blocks: int | None):
-    """
-    Make the model retrieve and read `num_blocks` blocks for this call. Uses `forward(num_blocks=...)` when the model
-    accepts it; otherwise sets `config.reader_beam_size` (what the forward reads at inference) for the call only.
-    """
-    if num_blocks is None or num_blocks == model.config.reader_beam_size:
-        yield {}
-        return
-    if "num_blocks" in inspect.signature(model.forward).parameters:
-        yield {"num_blocks": num_blocks}
-        return
-    previous = model.config.reader_beam_size
-    model.config.reader_beam_size = num_blocks
-    try:
-        yield {}
-    finally:
-        model.config.reader_beam_size = previous
-
-
 def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> list[dict]:
     """The `top_k` best spans across the read blocks of one question, with distinct texts, best first."""
     logits = result["logits"]  # [num_blocks, num_candidates]
@@ -471,11 +432,10 @@ def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> lis
     num_candidates = logits.shape[-1]
     flat = logits.reshape(-1)
     # Spans outside a block carry a huge negative mask; they are not answers and take no probability mass.
-    valid = flat > torch.finfo(flat.dtype).min / 2
+    log_probs = span_log_probs(flat)
+    valid = log_probs > float("-inf")
     if not bool(valid.any()):
         return []
-    log_probs = torch.full_like(flat, float("-inf"))
-    log_probs[valid] = torch.log_softmax(flat[valid], dim=-1)
     widths = (ends - starts + 1).repeat(logits.shape[0])
     eligible = valid & (widths <= max_answer_len)
     order = torch.argsort(torch.where(eligible, flat, torch.full_like(flat, float("-inf"))), descending=True)
@@ -496,16 +456,16 @@ def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> lis
         if not key or key in seen:
             continue
         seen.add(key)
-        answer = {
-            "answer": text,
-            "score": float(log_probs[index].exp()),
-            "logit": float(flat[index]),
-            "start": char_start,
-            "end": char_end,
-        }
-        if result["blocks"] is not None:
-            answer["block"] = dict(result["blocks"][row])
-        answers.append(answer)
+        answers.append(
+            answer_record(
+                text,
+                score=float(log_probs[index].exp()),
+                logit=float(flat[index]),
+                start=char_start,
+                end=char_end,
+                block=dict(result["blocks"][row]),
+            )
+        )
     return answers
 
 

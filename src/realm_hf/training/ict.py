@@ -155,11 +155,11 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     other blocks of the batch (in-batch softmax over q·d). Without it the retriever starts random, retrieves nothing
     useful and so gets no useful gradient from the masked-LM loss (the paper's "cold start" problem).
 
-    Submodules `query_embedder` and `embedder` (document embedder), both [`RealmEmbedder`]; with
-    `config.share_query_document_embedder=True` (the legacy layout) `query_embedder` is `embedder`. Initialise them
-    from BERT with [`~realm_hf.initialization.init_from_bert`], train with [`DataCollatorForInverseClozeTask`], then
-    hand them to [`RealmForPreTraining.load_ict_embedders`] (or write them with
-    [`~RealmForInverseClozeTask.export_embedders`]).
+    Submodules `query_embedder` and `embedder` (document embedder, also `document_embedder`), both
+    [`RealmEmbedder`]; with `config.share_query_document_embedder=True` (the legacy layout) `query_embedder` is
+    `embedder`. Initialise them from BERT with [`~realm_hf.initialization.init_from_bert`], train with
+    [`DataCollatorForInverseClozeTask`], then hand them to [`RealmForPreTraining.load_ict_embedders`] (or write them
+    with [`~RealmForInverseClozeTask.export_embedders`]).
 
     Args:
         config ([`RealmConfig`]): Model configuration.
@@ -186,11 +186,6 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         # The embedders' legacy MLM heads are never used: no gradient, so DDP need not wait for one.
         for embedder in {id(m): m for m in (self.embedder, self.query_embedder)}.values():
             embedder.cls.predictions.requires_grad_(False)
-
-    @property
-    def document_embedder(self) -> RealmEmbedder:
-        """The embedder of the blocks (`embedder`)."""
-        return self.embedder
 
     def forward(
         self,

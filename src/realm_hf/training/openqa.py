@@ -75,7 +75,7 @@ def evaluate_openqa(
     """
     from ..metrics import answer_recall_at_k, compute_qa_metrics
 
-    retriever = model._require_retriever()
+    retriever = model.require_retriever()
     tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
     questions = list(dataset[question_column])
     references = [[a] if isinstance(a, str) else list(a) for a in dataset[answers_column]]
