@@ -11,6 +11,7 @@ import torch
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
+from .constants import RETRIEVER_SUBFOLDER
 from .modeling_realm import (
     RealmEmbedder,
     RealmKnowledgeAugEncoder,
@@ -20,10 +21,10 @@ from .modeling_realm import (
     check_retriever_dim,
     realm_marginal_mlm_loss,
 )
+from .retrieval.encoding import tokenize_blocks
 
 logger = logging.getLogger(__name__)
 
-RETRIEVER_SUBFOLDER = "retriever"
 # Block ids in `retrieved_block_ids` that are not corpus blocks.
 NULL_BLOCK_ID = -1
 PADDING_BLOCK_ID = -2
@@ -149,16 +150,7 @@ def encode_blocks(tokenizer, titles: list[str | None], texts: list[str], max_len
     Returns:
         `dict` with `input_ids`, `attention_mask`, `token_type_ids` of shape `(num_blocks, longest)`.
     """
-    titles = [title or "" for title in titles]
-    encoded = tokenizer(
-        titles,
-        list(texts),
-        padding=True,
-        truncation=True,
-        max_length=max_length,
-        return_token_type_ids=True,
-        return_tensors="pt",
-    )
+    encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length, padding=True, return_tensors="pt")
     return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
 
 

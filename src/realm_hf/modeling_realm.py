@@ -17,14 +17,15 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredict
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
+from .constants import LEGACY_BLOCK_RECORDS, RETRIEVER_SUBFOLDER
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
+from .retrieval.encoding import tokenize_blocks
+from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 
 logger = logging.getLogger(__name__)
 
-_LEGACY_BLOCK_EMB_KEY = "block_emb"
 # Where a RealmForOpenQA directory keeps its corpus, index and manifest.
-RETRIEVER_SUBFOLDER = "retriever"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -944,14 +945,13 @@ class RealmForOpenQA(RealmPreTrainedModel):
         `config.document_gradient_beam_size` bounds.
         """
         flat = [block for row in blocks for block in row]
-        encoded = tokenizer(
-            [block.get("title") or "" for block in flat],
+        # The same tokenization and truncation as the index was embedded with.
+        encoded = tokenize_blocks(
+            tokenizer,
+            [block.get("title") for block in flat],
             [block["text"] for block in flat],
+            max_length=getattr(self.retriever, "max_block_length", None),
             padding=True,
-            truncation=True,
-            # Same truncation as the index was embedded with (RealmRetriever.embed_corpus / embed_blocks).
-            max_length=getattr(self.retriever, "max_block_length", None)
-            or min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512),
             return_tensors="pt",
         ).to(self.document_embedder.device)
         chunk = max(1, int(self.document_embedding_chunk_size))
@@ -1367,9 +1367,7 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
         return load_referenced_retriever(
             model, **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")}
         )
-    records = os.path.join(path, "block_records.npy")
-    allowed = allow_pickle or os.environ.get("REALM_HF_ALLOW_PICKLE", "").lower() in ("1", "true", "yes")
-    if os.path.exists(records) and allowed:
+    if os.path.exists(os.path.join(path, LEGACY_BLOCK_RECORDS)) and pickle_allowed(allow_pickle):
         from transformers import AutoTokenizer
 
         from .retrieval_realm import RealmRetriever
@@ -1398,24 +1396,6 @@ def load_retriever_for_model(model, path: str):
     if document_embedder is not None:
         return RealmRetriever.from_pretrained(path, embedder=document_embedder)
     return RealmRetriever.from_pretrained(path, expected_dim=model.config.retriever_proj_size)
-
-
-def load_legacy_block_emb(path: str) -> torch.Tensor | None:
-    """Read the legacy `block_emb` buffer from a checkpoint directory without loading the rest of the weights."""
-    safetensors_file = os.path.join(path, "model.safetensors")
-    if os.path.exists(safetensors_file):
-        from safetensors import safe_open
-
-        with safe_open(safetensors_file, framework="pt") as f:
-            if _LEGACY_BLOCK_EMB_KEY in f.keys():
-                return f.get_tensor(_LEGACY_BLOCK_EMB_KEY)
-        return None
-    bin_file = os.path.join(path, "pytorch_model.bin")
-    if os.path.exists(bin_file):
-        # weights_only refuses arbitrary objects; mmap avoids reading a 6.8 GB matrix into RAM twice.
-        state_dict = torch.load(bin_file, map_location="cpu", weights_only=True, mmap=True)
-        return state_dict.get(_LEGACY_BLOCK_EMB_KEY)
-    return None
 
 
 __all__ = [
