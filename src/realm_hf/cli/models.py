@@ -23,8 +23,17 @@ def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None
     return model.eval()
 
 
-# A stand-in passed as `retriever=` so that `from_pretrained` does not load (or unpickle) a corpus we do not need.
-_NO_RETRIEVER = object()
+def load_without_retriever(model_class, path: str, **kwargs):
+    """
+    `model_class.from_pretrained(path)` without loading (or unpickling) the corpus saved with it: for commands that
+    need the weights only (an embedder to build an index with, a legacy checkpoint without block records).
+    """
+    # TODO(load_retriever=False): pass `load_retriever=False` once from_pretrained takes it, and drop this stand-in.
+    # Until then a placeholder given as `retriever=` keeps from_pretrained from looking for a corpus.
+    placeholder = object()
+    model = model_class.from_pretrained(path, retriever=placeholder, **kwargs)
+    model.retriever = None
+    return model
 
 
 def embedder_from_dir(path: str):
@@ -37,19 +46,16 @@ def embedder_from_dir(path: str):
     if found == "RealmScorer":
         return RealmScorer.from_pretrained(path).embedder, "scorer's embedder"
     if found == "RealmForOpenQA":
-        model = RealmForOpenQA.from_pretrained(path, retriever=_NO_RETRIEVER)
-        model.retriever = None
+        model = load_without_retriever(RealmForOpenQA, path)
         if model.document_embedder is not None:
             return model.document_embedder, "document embedder"
         return model.embedder, "question embedder"
     if found == "RealmForPreTraining":
-        from ..modeling_pretraining import RealmForPreTraining
+        from ..modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
 
-        return RealmForPreTraining.from_pretrained(
-            path, retriever=_NO_RETRIEVER
-        ).document_embedder, "document embedder"
+        return load_without_retriever(RealmForPreTraining, path).document_embedder, "document embedder"
     if found == "RealmForInverseClozeTask":
-        from ..training.ict import RealmForInverseClozeTask
+        from ..training.ict import RealmForInverseClozeTask  # deferred: see load_openqa
 
         return RealmForInverseClozeTask.from_pretrained(path).document_embedder, "ICT document embedder"
     raise CLIError(f"{path} holds a {found}, which has no embedder to build an index with.")

@@ -38,7 +38,7 @@ def file_format(path: str, fmt: str = "auto") -> str:
 
 def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
     """A `datasets.Dataset` from JSONL/CSV/Parquet files (all of one format) or one `save_to_disk` directory."""
-    import datasets
+    import datasets  # deferred: the cli package imports nothing heavy at module level
 
     for path in paths:
         if not os.path.exists(path):
@@ -60,31 +60,68 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
     try:
         return datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
     except datasets.exceptions.DatasetGenerationError as err:
+        if kind == "json":
+            for path in paths:
+                _check_json_lines(path)  # names the file and line that datasets' error leaves out
         cause = err.__cause__ or err
         raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {cause}") from err
 
 
-def load_documents(paths: Sequence[str], args):
-    """Documents with `text`, `title` (and metadata) columns, renamed from the user's column names."""
-    dataset = load_table(paths, args.format, args.split)
+def _check_json_lines(path: str) -> None:
+    """Raise a `CLIError` naming the first line of a JSON-lines file that is not a JSON object."""
+    with open(path, encoding="utf-8") as f:
+        if f.read(1024).lstrip().startswith("["):
+            return  # a JSON array, not JSON lines: datasets' own error says what is wrong
+        f.seek(0)
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+            if not isinstance(record, dict):
+                raise CLIError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
+
+
+def load_documents(
+    paths: Sequence[str],
+    text_column: str = "text",
+    title_column: str | None = "title",
+    id_column: str | None = None,
+    fmt: str = "auto",
+    split: str = "train",
+):
+    """
+    Documents as a `datasets.Dataset` with `text`, `title` (and `doc_id`, metadata) columns, renamed from the user's
+    column names. A missing default `title` column is fine (blocks get no title); any other missing column is an error.
+
+    Args:
+        paths (`Sequence[str]`): JSONL/JSON, CSV/TSV or Parquet files of one format, or one saved dataset directory.
+        text_column (`str`, *optional*, defaults to `"text"`): The document text.
+        title_column (`str`, *optional*, defaults to `"title"`): The title; `None`: no titles.
+        id_column (`str`, *optional*): Kept as `doc_id` (used by `RealmRetriever.remove_documents`).
+        fmt (`str`, *optional*, defaults to `"auto"`): `json`, `csv`, `parquet` or `dataset`; `auto` goes by extension.
+        split (`str`, *optional*, defaults to `"train"`): The split of a saved `DatasetDict`.
+    """
+    dataset = load_table(paths, fmt, split)
     columns = dataset.column_names
-    if args.text_column not in columns:
+    if text_column not in columns:
         raise CLIError(
-            f"The documents have no text column {args.text_column!r} (columns: {', '.join(columns)}); "
+            f"The documents have no text column {text_column!r} (columns: {', '.join(columns)}); "
             "choose one with --text-column."
         )
-    title_column = args.title_column
-    if title_column not in columns:
+    if title_column is not None and title_column not in columns:
         if title_column != "title":
             raise CLIError(f"The documents have no title column {title_column!r} (columns: {', '.join(columns)}).")
         title_column = None
-    if args.id_column and args.id_column not in columns:
-        raise CLIError(f"The documents have no id column {args.id_column!r} (columns: {', '.join(columns)}).")
-    renames = {args.text_column: "text"}
+    if id_column and id_column not in columns:
+        raise CLIError(f"The documents have no id column {id_column!r} (columns: {', '.join(columns)}).")
+    renames = {text_column: "text"}
     if title_column:
         renames[title_column] = "title"
-    if args.id_column:
-        renames[args.id_column] = "doc_id"
+    if id_column:
+        renames[id_column] = "doc_id"
     dropped = [c for c in columns if c not in renames and (c in renames.values() or c in _RESERVED_DOCUMENT_COLUMNS)]
     if dropped:
         logger.warning("Ignoring document column(s) %s: the corpus computes or renames them.", ", ".join(dropped))
@@ -119,7 +156,7 @@ def _answers_list(value, separator: str | None) -> list[str]:
 
 def load_qa(path: str, question_column: str, answers_column: str | None, separator: str | None = "|", fmt="auto"):
     """A QA file as a `datasets.Dataset` with `question` and (when asked for) `answers` (a list of strings)."""
-    import datasets
+    import datasets  # deferred: see load_table
 
     if not os.path.exists(path):
         raise CLIError(f"QA file {path!r} does not exist.")
@@ -171,18 +208,22 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
     return datasets.Dataset.from_dict(data)
 
 
-def read_questions(args) -> list[str]:
-    questions = list(args.questions or [])
-    if args.file:
-        if args.file == "-":
+def read_questions(questions: Sequence[str] = (), file: str | None = None) -> list[str]:
+    """
+    The questions given as arguments, then those of `file`: one per line, or JSON lines with a `question` string
+    (`.jsonl`/`.json` files, or lines starting with `{`); `-` reads stdin. Errors name the file and line.
+    """
+    questions = list(questions or [])
+    if file:
+        if file == "-":
             text = sys.stdin.read()
             name = "<stdin>"
         else:
-            if not os.path.isfile(args.file):
-                raise CLIError(f"Question file {args.file!r} does not exist.")
-            with open(args.file, encoding="utf-8") as f:
+            if not os.path.isfile(file):
+                raise CLIError(f"Question file {file!r} does not exist.")
+            with open(file, encoding="utf-8") as f:
                 text = f.read()
-            name = args.file
+            name = file
         as_json = name.lower().endswith((".jsonl", ".json", ".ndjson"))
         for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()

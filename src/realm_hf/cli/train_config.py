@@ -36,6 +36,7 @@ TRAIN_KEYS = {
     "train_document_embedder": "finetune: train a document embedder too (end-to-end retriever training)",
     "recall_ks": "finetune: recall@k cut-offs for evaluation (default [1, 5])",
     "lora": "finetune: LoRA settings ({r, alpha, dropout, targets, target_modules}); saves adapter/ and merges",
+    "embedder_lr_ratio": "pretrain: the embedders' learning rate relative to the encoder's (default 1: one rate)",
     "masking": "pretrain: DataCollatorForSalientSpanMasking options (max_length, mask_rate, seed, ...)",
     "export_components": "pretrain: also write embedder/, encoder/ (legacy layouts) into the output",
     "seed": "random seed, set before the model is built (default: training_args.seed or 42)",

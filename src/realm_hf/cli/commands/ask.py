@@ -39,7 +39,7 @@ def _answer_questions(model, questions: list[str], args) -> list[list[dict]]:
 
 
 def run(args) -> int:
-    questions = read_questions(args)
+    questions = read_questions(args.questions, args.file)
     if args.top_k < 1:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:

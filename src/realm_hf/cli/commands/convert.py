@@ -15,7 +15,7 @@ from ..common import (
     load_tokenizer,
     logger,
 )
-from ..models import _NO_RETRIEVER
+from ..models import load_without_retriever
 from ..outputs import atomic_output_dir, check_output_dir
 
 _PICKLE_REFUSAL = (
@@ -79,11 +79,10 @@ def run(args) -> int:
             elif os.path.isdir(os.path.join(source, "retriever")):
                 # Already in this format (e.g. re-saving as safetensors): keep its corpus.
                 retriever = RealmRetriever.from_pretrained(os.path.join(source, "retriever"))
-            model = RealmForOpenQA.from_pretrained(
-                source, retriever=retriever if retriever is not None else _NO_RETRIEVER
-            )
-            if retriever is None:
-                model.retriever = None
+            if retriever is not None:
+                model = RealmForOpenQA.from_pretrained(source, retriever=retriever)
+            else:
+                model = load_without_retriever(RealmForOpenQA, source)
                 logger.warning(
                     "%s has no block_records.npy: converting the weights only; build a corpus with `realm-hf index`.",
                     source,

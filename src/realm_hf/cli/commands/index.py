@@ -35,7 +35,9 @@ def run(args) -> int:
     if args.max_block_length < 8:
         raise CLIError(f"--max-block-length must be at least 8 wordpieces, got {args.max_block_length}.")
 
-    documents = load_documents(args.documents, args)
+    documents = load_documents(
+        args.documents, args.text_column, args.title_column, args.id_column, fmt=args.format, split=args.split
+    )
     info(f"Read {len(documents)} documents from {', '.join(args.documents)}.")
     embedder, description = embedder_from_dir(embedder_dir)
     tokenizer = load_tokenizer(embedder_dir, model_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
@@ -24,38 +23,29 @@ from ..train_config import load_train_config, resolve_seed
 
 
 def _seed_run(config: dict) -> int:
-    """
-    Seed python, numpy and torch before any model is built (and record the seed in `config`). The Trainer seeds only
-    once created, after `init_from_bert` drew the fresh heads and LoRA its adapters: runs of one config diverged.
-    """
-    from transformers import enable_full_determinism, set_seed
+    """Seed before any model is built (the shared recipe) and record the seed in `config`."""
+    from ...training.recipes import seed_everything  # deferred: the cli package imports nothing heavy at module level
 
     seed = resolve_seed(config)
     training_seed = (config.get("training_args") or {}).get("seed")
     if training_seed is not None and training_seed != seed:
         logger.warning("seed %s overrides training_args.seed %s.", seed, training_seed)
     config["seed"] = seed
-    if (config.get("training_args") or {}).get("full_determinism"):
-        enable_full_determinism(seed)
-    else:
-        set_seed(seed)
-    return seed
+    return seed_everything(seed, full_determinism=bool((config.get("training_args") or {}).get("full_determinism")))
 
 
-def _training_arguments(config: dict):
-    from transformers import TrainingArguments
+def _training_arguments(config: dict, **defaults):
+    from ...training.recipes import training_arguments
 
-    values = dict(config.get("training_args") or {})
-    # No experiment trackers unless asked for (they would try to reach the network), and no tqdm in quiet mode.
-    values.setdefault("report_to", "none")
+    values = {**defaults, **(config.get("training_args") or {})}
     values.setdefault("disable_tqdm", State.quiet)
+    values.pop("seed", None)
+    values.pop("output_dir", None)
     # The Trainer reseeds with this (before training, and its data order): the same seed the model was built with.
-    values["seed"] = resolve_seed(config)
-    values["output_dir"] = config["output_dir"]
     try:
-        return TrainingArguments(**values)
-    except TypeError as err:
-        raise CLIError(f"Invalid training_args: {err}") from err
+        return training_arguments(config["output_dir"], resolve_seed(config), **values)
+    except ValueError as err:
+        raise CLIError(str(err)) from err
 
 
 def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
@@ -69,14 +59,9 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
         model.set_retriever(RealmRetriever.from_pretrained(config["corpus"], embedder=embedder))
     elif config.get("documents"):
         paths = config["documents"] if isinstance(config["documents"], list) else [config["documents"]]
-        doc_args = argparse.Namespace(
-            format="auto",
-            split="train",
-            text_column=config.get("text_column", "text"),
-            title_column=config.get("title_column", "title"),
-            id_column=None,
+        documents = load_documents(
+            paths, text_column=config.get("text_column", "text"), title_column=config.get("title_column", "title")
         )
-        documents = load_documents(paths, doc_args)
         info(f"Building the corpus from {len(documents)} documents ...")
         model.set_retriever(
             RealmRetriever.from_documents(
@@ -92,37 +77,20 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
         raise CLIError("No corpus: give `corpus` or `documents` in the config, or a `model` saved with a retriever/.")
 
 
-def _reindex_callbacks(model, config: dict) -> list:
-    refresh_steps = config.get("refresh_steps")
-    if not refresh_steps:
-        return []
-    from ...training.callbacks import RealmReindexCallback
+def _reindex_callback(model, config: dict):
+    from ...training.recipes import reindex_callback
 
-    return [
-        RealmReindexCallback(
-            model.retriever,
-            refresh_steps=int(refresh_steps),
-            batch_size=int(config.get("reindex_batch_size", 128)),
-            background=bool(config.get("reindex_background", True)),
-        )
-    ]
-
-
-def _evaluations(trainer) -> list[dict]:
-    """
-    Every evaluation the Trainer logged (`eval_on_start`, `eval_strategy`, the final one), in step order: the metrics
-    before the first step are otherwise only printed.
-    """
-    return [
-        {"step": entry.get("step"), **{k: v for k, v in entry.items() if k.startswith("eval_")}}
-        for entry in trainer.state.log_history
-        if any(k.startswith("eval_") for k in entry)
-    ]
+    return reindex_callback(
+        model.retriever,
+        config.get("refresh_steps"),
+        batch_size=int(config.get("reindex_batch_size", 128)),
+        background=bool(config.get("reindex_background", True)),
+    )
 
 
 def _train_finetune(config: dict, args) -> dict:
     from ...modeling_realm import RealmForOpenQA
-    from ...training.openqa import RealmOpenQATrainer
+    from ...training.recipes import evaluation_history, openqa_trainer, set_document_embedder_trainable
 
     if bool(config.get("model")) == bool(config.get("init_from_bert")):
         raise CLIError("Give exactly one of `model` (a REALM directory) and `init_from_bert` (a BERT directory).")
@@ -147,8 +115,8 @@ def _train_finetune(config: dict, args) -> dict:
         _attach_corpus(model, config, embedder, tokenizer)
     elif model.retriever is None:
         model._require_retriever()
-    if config.get("train_document_embedder") and model.document_embedder is None:
-        model.add_document_embedder()
+    # Trained end to end, or frozen (a document embedder the model came with too), so the index never goes stale.
+    set_document_embedder_trainable(model, bool(config.get("train_document_embedder")))
 
     question_column = config.get("question_column", "question")
     answers_column = config.get("answers_column", "answers")
@@ -174,20 +142,20 @@ def _train_finetune(config: dict, args) -> dict:
             )
         training_model = add_lora(model, **lora)
     training_args = _training_arguments(config)
-    trainer = RealmOpenQATrainer(
-        model=training_model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        recall_ks=tuple(config.get("recall_ks") or (1, 5)),
-        callbacks=_reindex_callbacks(model, config),
+    trainer = openqa_trainer(
+        training_model,
+        training_args,
+        train_dataset,
+        eval_dataset,
+        recall_ks=config.get("recall_ks") or (1, 5),
+        reindex=_reindex_callback(model, config),
     )
     info(f"Fine-tuning on {len(train_dataset)} questions; output in {config['output_dir']}.")
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     metrics = {"train_loss": float(result.training_loss), "global_step": int(result.global_step)}
     if eval_dataset is not None:
         metrics.update(normalize_metric_names(trainer.evaluate()))
-        metrics["evaluations"] = [normalize_metric_names(entry) for entry in _evaluations(trainer)]
+        metrics["evaluations"] = [normalize_metric_names(entry) for entry in evaluation_history(trainer)]
 
     output_dir = config["output_dir"]
     final_model = model
@@ -203,14 +171,13 @@ def _train_finetune(config: dict, args) -> dict:
 
 
 def _train_pretrain(config: dict, args) -> dict:
-    try:
-        from ...modeling_pretraining import RealmForPreTraining
-        from ...training.masking import DataCollatorForSalientSpanMasking
-    except ImportError as err:
-        raise CLIError(f"REALM pre-training is not available in this installation ({err}).") from err
-    from transformers import Trainer
-
-    from ...training.callbacks import place_reindex_callbacks_first
+    from ...modeling_pretraining import RealmForPreTraining
+    from ...training.recipes import (
+        evaluation_history,
+        pretraining_optimizer,
+        pretraining_trainer,
+        salient_span_collator,
+    )
 
     sources = [k for k in ("model", "init_from_bert", "legacy_embedder") if config.get(k)]
     if len(sources) != 1:
@@ -256,30 +223,30 @@ def _train_pretrain(config: dict, args) -> dict:
 
     masking = dict(config.get("masking") or {})
     masking.setdefault("max_length", int(getattr(model.config, "max_position_embeddings", 512)) // 2)
-    # Without a seed the collator's generator draws one from the OS: other masks, other losses on every run.
     masking.setdefault("seed", resolve_seed(config))
     try:
-        collator = DataCollatorForSalientSpanMasking(tokenizer, **masking)
+        collator = salient_span_collator(tokenizer, **masking)
     except TypeError as err:
         raise CLIError(f"Invalid masking options: {err}") from err
-    training_args = _training_arguments(
-        dict(config, training_args={"remove_unused_columns": False, **(config.get("training_args") or {})})
+    # The collator reads the raw text, spans and block ids: the Trainer must not drop those columns.
+    training_args = _training_arguments(config, remove_unused_columns=False)
+    trainer = pretraining_trainer(
+        model,
+        training_args,
+        train_dataset,
+        collator,
+        eval_dataset,
+        reindex=_reindex_callback(model, config),
+        optimizer=pretraining_optimizer(
+            model, training_args.learning_rate, float(config.get("embedder_lr_ratio", 1.0))
+        ),
     )
-    trainer = Trainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        data_collator=collator,
-        callbacks=_reindex_callbacks(model, config),
-    )
-    place_reindex_callbacks_first(trainer)  # so report_to integrations receive the refresh metrics
     info(f"Pre-training on {len(train_dataset)} texts; output in {config['output_dir']}.")
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     metrics = {"train_loss": float(result.training_loss), "global_step": int(result.global_step)}
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
-        metrics["evaluations"] = _evaluations(trainer)
+        metrics["evaluations"] = evaluation_history(trainer)
     model.save_pretrained(config["output_dir"])
     tokenizer.save_pretrained(config["output_dir"])
     if config.get("export_components"):
