@@ -23,7 +23,8 @@ Steps:
 
 The defaults (200 FOLDOC entries, 30 steps of 4 questions, MiniLM-size encoders) show the recipe, not a converged
 model. `examples/finetune_openqa_accelerate.py` is the same recipe as a plain Accelerate loop; both share the helpers
-defined here.
+defined here, and with `realm-hf train` the seeding, document-embedder, refresh and Trainer recipes of
+`realm_hf.training.recipes`.
 """
 
 from __future__ import annotations
@@ -201,15 +202,14 @@ def build_model_and_data(args):
         `--train-document-embedder` is given (trainable) or when it came with one (then frozen); its retriever's
         index is consistent with the document embedder, so a refresh only moves the index as training moves it.
     """
-    from transformers import set_seed
-
     from realm_hf import RealmForOpenQA, RealmTokenizer
     from realm_hf.initialization import init_from_bert
     from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.training.recipes import seed_everything, set_document_embedder_trainable
 
     # Before the model is built: its fresh heads (retrieval projection, span scorer) are drawn here, and the Trainer
     # seeds only later, so without this the metrics before training would change from run to run.
-    set_seed(args.seed)  # python, numpy and torch
+    seed_everything(args.seed)
     if args.model is not None:
         model = RealmForOpenQA.from_pretrained(args.model)
         for name, value in _config_overrides(args, {}).items():
@@ -231,15 +231,8 @@ def build_model_and_data(args):
         )
         tokenizer = RealmTokenizer.from_pretrained(bert_dir)
 
-    if args.train_document_embedder:
-        if model.document_embedder is None:
-            # REALM's fine-tuning starts both embedders from the same pre-trained weights.
-            model.add_document_embedder()
-        model.document_embedder.requires_grad_(True)
-    else:
-        model.freeze_document_embedder()
-    # The embedder that filled the index: a separate document embedder if the model has one, else the shared one.
-    document_embedder = model.document_embedder if model.document_embedder is not None else model.embedder
+    # The embedder that fills the index: a separate document embedder if the model has one, else the shared one.
+    document_embedder = set_document_embedder_trainable(model, args.train_document_embedder)
 
     foldoc_questions = None
     retriever = model.retriever
@@ -278,13 +271,11 @@ def build_model_and_data(args):
 
 def make_reindex_callback(args, retriever):
     """The index refresher for end-to-end training (`None` when the document embedder is frozen)."""
-    from realm_hf.training.callbacks import RealmReindexCallback
+    from realm_hf.training.recipes import reindex_callback
 
-    if not args.train_document_embedder:
-        return None
-    return RealmReindexCallback(
+    return reindex_callback(
         retriever,
-        refresh_steps=args.refresh_steps,
+        args.refresh_steps if args.train_document_embedder else None,
         batch_size=32,
         device=args.reindex_device,
         background=not args.inline_refresh,
@@ -329,9 +320,8 @@ def main(argv=None) -> int:
     os.makedirs(args.output_dir, exist_ok=True)
 
     import datasets
-    from transformers import TrainingArguments
 
-    from realm_hf.training.openqa import RealmOpenQATrainer
+    from realm_hf.training.recipes import openqa_trainer, training_arguments
 
     started = time.perf_counter()
     model, tokenizer, retriever, train_questions, eval_questions = build_model_and_data(args)
@@ -340,8 +330,9 @@ def main(argv=None) -> int:
     reindex = make_reindex_callback(args, retriever)
     mode = "end to end" if args.train_document_embedder else "document embedder frozen"
 
-    training_args = TrainingArguments(
-        output_dir=os.path.join(args.output_dir, "checkpoints"),
+    training_args = training_arguments(
+        os.path.join(args.output_dir, "checkpoints"),
+        args.seed,
         max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=16,
@@ -351,20 +342,11 @@ def main(argv=None) -> int:
         logging_steps=args.logging_steps,
         save_strategy="steps" if args.save_steps > 0 else "no",
         save_steps=max(args.save_steps, 1),
-        report_to=[],
-        seed=args.seed,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning without a GPU only warns
         disable_tqdm=True,
     )
-    trainer = RealmOpenQATrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_set,
-        eval_dataset=eval_set,
-        recall_ks=(1, 5),
-        callbacks=[reindex] if reindex is not None else None,
-    )
+    trainer = openqa_trainer(model, training_args, train_set, eval_set, recall_ks=(1, 5), reindex=reindex)
     log("Evaluating before fine-tuning ...")
     before = eval_metrics(trainer.evaluate())
     log(f"Fine-tuning ({mode}) for {args.max_steps} steps of {args.batch_size} questions ...")

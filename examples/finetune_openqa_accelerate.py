@@ -118,11 +118,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from accelerate import Accelerator, DistributedDataParallelKwargs
-    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from accelerate.utils import DataLoaderConfiguration
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
     from realm_hf.training.openqa import DataCollatorForOpenQA
+    from realm_hf.training.recipes import seed_everything
 
     accelerator = Accelerator(
         # Heads REALM's Open-QA loss never reaches (e.g. the masked-LM heads kept from BERT) get no gradient.
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         logging.getLogger("realm_hf").setLevel(logging.INFO)
         os.makedirs(args.output_dir, exist_ok=True)
     accelerator.wait_for_everyone()
-    set_seed(args.seed)  # before the model (its fresh heads) is built
+    seed_everything(args.seed)  # before the model (its fresh heads) is built
     started = time.perf_counter()
 
     model, tokenizer, retriever, train_questions, eval_questions = build_on_every_process(args, accelerator)

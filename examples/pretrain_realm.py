@@ -184,10 +184,9 @@ def config_overrides(args) -> dict:
 
 
 def training_arguments(output_dir: str, steps: int, batch_size: int, learning_rate: float, seed: int, **kwargs):
-    from transformers import TrainingArguments
+    from realm_hf.training import recipes
 
     values = dict(
-        output_dir=output_dir,
         max_steps=steps,
         per_device_train_batch_size=batch_size,
         learning_rate=learning_rate,
@@ -195,60 +194,45 @@ def training_arguments(output_dir: str, steps: int, batch_size: int, learning_ra
         weight_decay=0.01,
         logging_steps=max(1, steps // 10),
         save_strategy="no",
-        report_to=[],
         use_cpu=not torch.cuda.is_available(),
         remove_unused_columns=False,  # the collators need the raw text, spans and block ids
         disable_tqdm=True,
-        seed=seed,
         dataloader_num_workers=0,
     )
     values.update(kwargs)
-    return TrainingArguments(**values)
+    return recipes.training_arguments(output_dir, seed, **values)
 
 
 def train_ict(ict_model, tokenizer, examples: list[dict], args, output_dir: str):
     """ICT warm start with Trainer. Returns the train result."""
-    from transformers import Trainer
+    from realm_hf.training.recipes import ict_trainer
 
-    from realm_hf.training.ict import DataCollatorForInverseClozeTask
-
-    collator = DataCollatorForInverseClozeTask(
-        tokenizer, max_query_length=args.max_input_length, max_block_length=args.max_block_length, seed=args.seed
-    )
-    trainer = Trainer(
-        model=ict_model,
-        args=training_arguments(
+    trainer = ict_trainer(
+        ict_model,
+        training_arguments(
             os.path.join(output_dir, "ict"), args.ict_steps, args.ict_batch_size, args.ict_learning_rate, args.seed
         ),
-        train_dataset=examples,
-        data_collator=collator,
+        examples,
+        tokenizer,
+        max_query_length=args.max_input_length,
+        max_block_length=args.max_block_length,
+        seed=args.seed,
     )
     return trainer.train()
 
 
 def pretraining_collator(tokenizer, args):
-    from realm_hf.training.masking import DataCollatorForSalientSpanMasking
+    from realm_hf.training.recipes import salient_span_collator
 
     # The cross-reference is the salient span; dates and numbers are left alone so the masked span is the link.
-    return DataCollatorForSalientSpanMasking(
-        tokenizer, max_length=args.max_input_length, detect_dates_and_numbers=False, seed=args.seed
-    )
+    return salient_span_collator(tokenizer, args.seed, args.max_input_length, detect_dates_and_numbers=False)
 
 
 def pretraining_optimizer(model, args):
-    """
-    AdamW with the embedders at `args.embedder_lr_ratio` times the encoder's learning rate, or `None` (Trainer's own
-    optimizer) when the ratio is 1.
+    """`realm_hf.training.recipes.pretraining_optimizer` with this script's `--learning-rate` and `--embedder-lr-ratio`."""
+    from realm_hf.training import recipes
 
-    A checkpoint without a masked-LM head (all-MiniLM-L6-v2) starts the encoder's head from scratch, which needs a high
-    rate; the embedders start from the ICT warm start, whose retrieval a high rate on a noisy early gradient scrambles.
-    """
-    from realm_hf.training import two_rate_adamw
-
-    ratio = float(getattr(args, "embedder_lr_ratio", 1.0))
-    if ratio == 1.0:
-        return None
-    return two_rate_adamw(model, model.encoder, args.learning_rate, ratio)
+    return recipes.pretraining_optimizer(model, args.learning_rate, float(getattr(args, "embedder_lr_ratio", 1.0)))
 
 
 def train_realm(
@@ -268,13 +252,11 @@ def train_realm(
     With `refresh_at_end`, training ends with one more refresh when the index is older than the document embedder,
     so the model is saved with an index that matches it.
     """
-    from transformers import Trainer
+    from realm_hf.training.recipes import pretraining_trainer, reindex_callback
 
-    from realm_hf.training.callbacks import RealmReindexCallback
-
-    reindexer = RealmReindexCallback(
+    reindexer = reindex_callback(
         retriever,
-        refresh_steps=refresh_steps,
+        refresh_steps,
         batch_size=64,
         background=not args.inline_refresh,
         save_with_checkpoints=False,
@@ -285,15 +267,16 @@ def train_realm(
         {"text": e["text"], "salient_spans": e["salient_spans"], "source_block_ids": e["source_block_ids"]}
         for e in examples
     ]
-    trainer = Trainer(
-        model=model,
-        args=training_arguments(output_dir, args.steps, args.batch_size, args.learning_rate, args.seed),
-        train_dataset=features,
-        data_collator=pretraining_collator(tokenizer, args),
-        callbacks=list(callbacks),
-        optimizers=(pretraining_optimizer(model, args), None),
+    # The refresher goes first among the callbacks, so report_to integrations get the refresh metrics.
+    trainer = pretraining_trainer(
+        model,
+        training_arguments(output_dir, args.steps, args.batch_size, args.learning_rate, args.seed),
+        features,
+        pretraining_collator(tokenizer, args),
+        reindex=reindexer,
+        callbacks=callbacks,
+        optimizer=pretraining_optimizer(model, args),
     )
-    reindexer.attach(trainer)  # first among the callbacks, so report_to integrations get the refresh metrics
     return trainer.train(), reindexer
 
 
@@ -306,17 +289,16 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers import set_seed
-
     from realm_hf import RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
     from realm_hf.initialization import init_from_bert
     from realm_hf.modeling_pretraining import RealmForPreTraining
     from realm_hf.retrieval_realm import RealmRetriever, split_documents
     from realm_hf.training.ict import RealmForInverseClozeTask
+    from realm_hf.training.recipes import seed_everything
 
     # Before the models are built (fresh projections and heads): python, numpy and torch.
-    set_seed(args.seed)
+    seed_everything(args.seed)
     bert = args.bert or minilm_dir()
     started = time.perf_counter()
 

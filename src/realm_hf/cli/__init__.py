@@ -1,0 +1,18 @@
+"""
+`realm-hf`: the command-line interface of realm-hf.
+
+Subcommands: `index` (build a corpus + FAISS index), `ask` (answer questions), `train` (Open-QA fine-tuning or
+REALM pre-training from a config file), `evaluate` (EM, F1, recall@k), `convert` (legacy checkpoint to this format)
+and `push` (publish to the Hub). `realm-hf <command> --help` shows each command's options and examples; the full
+reference is docs/cli.md.
+
+Layout: `main` (entry point and error reporting), `parser` (arguments), `readers` (input files), `models` (loading
+models), `outputs` (atomic writes), `train_config` (the `train` config file) and `commands/` (one module per
+command). The modules import nothing heavy at module level: torch, transformers, datasets and faiss are imported by
+the command that runs.
+"""
+
+from .main import main
+from .train_config import load_train_config
+
+__all__ = ["load_train_config", "main"]

@@ -1,0 +1,1 @@
+"""The `realm-hf` subcommands, one module each; each exposes `run(args) -> int`."""

@@ -1,0 +1,57 @@
+"""`realm-hf evaluate`: exact match, F1 and retrieval recall@k on a QA file."""
+
+from __future__ import annotations
+
+import json
+
+from ..common import EXIT_OK, CLIError, State, info, logger, metrics_table, normalize_metric_names
+from ..models import load_openqa
+from ..outputs import write_text_atomic
+from ..readers import load_qa
+
+
+def run(args) -> int:
+    from ...metrics import exact_match_score, f1_score
+    from ...training.openqa import evaluate_openqa
+
+    ks = sorted(set(args.ks))
+    if any(k < 1 for k in ks):
+        raise CLIError(f"--ks must be positive integers, got {args.ks}.")
+    dataset = load_qa(args.qa_file, args.question_column, args.answers_column, args.answers_separator, args.format)
+    if args.limit:
+        dataset = dataset.select(range(min(args.limit, len(dataset))))
+    model = load_openqa(args.model, args.allow_pickle, args.device)
+    num_blocks = len(model.retriever)
+    skipped = [k for k in ks if k > num_blocks]
+    if skipped:
+        logger.warning("Skipping recall@k for k > %d (the corpus size): %s.", num_blocks, skipped)
+    info(f"Evaluating {args.model} on {len(dataset)} questions from {args.qa_file}.")
+    metrics = evaluate_openqa(
+        model,
+        dataset,
+        batch_size=args.batch_size,
+        recall_ks=[k for k in ks if k <= num_blocks] or [1],
+        show_progress=not State.quiet,
+        return_predictions=True,
+    )
+    predictions = metrics.pop("predictions")
+    metrics = normalize_metric_names(metrics)
+    print(metrics_table(metrics))
+    if args.output:
+        report = dict(metrics, num_questions=len(dataset))
+        write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+        info(f"Wrote {args.output}.")
+    if args.predictions:
+        lines = []
+        for question, golds, prediction in zip(dataset["question"], dataset["answers"], predictions):
+            record = {
+                "question": question,
+                "prediction": prediction,
+                "answers": golds,
+                "exact_match": exact_match_score(prediction, golds),
+                "f1": f1_score(prediction, golds),
+            }
+            lines.append(json.dumps(record, ensure_ascii=False))
+        write_text_atomic(args.predictions, "\n".join(lines) + "\n")
+        info(f"Wrote {args.predictions}.")
+    return EXIT_OK

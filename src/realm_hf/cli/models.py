@@ -1,0 +1,61 @@
+"""Loading the models the commands run: the Open-QA model and the embedder that fills an index."""
+
+from __future__ import annotations
+
+import os
+
+from .common import CLIError, architecture_of, config_of, default_device, require_local_or_hub
+
+
+def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None, need_retriever: bool = True):
+    """A `RealmForOpenQA` in eval mode on `device`, refusing a directory that holds another architecture."""
+    from ..modeling_realm import RealmForOpenQA  # deferred: the cli package imports nothing heavy at module level
+
+    require_local_or_hub(path, "Model")
+    if os.path.isdir(path):
+        found = architecture_of(config_of(path))
+        if found and found != "RealmForOpenQA":
+            raise CLIError(f"{path} holds a {found}, not a RealmForOpenQA question-answering model.")
+    model = RealmForOpenQA.from_pretrained(path, allow_pickle=allow_pickle)
+    if need_retriever:
+        model._require_retriever()  # says what to do (convert, allow_pickle, attach a corpus) when there is none
+    model.to(default_device(device))
+    return model.eval()
+
+
+def load_without_retriever(model_class, path: str, **kwargs):
+    """
+    `model_class.from_pretrained(path)` without loading (or unpickling) the corpus saved with it: for commands that
+    need the weights only (an embedder to build an index with, a legacy checkpoint without block records).
+    """
+    # TODO(load_retriever=False): pass `load_retriever=False` once from_pretrained takes it, and drop this stand-in.
+    # Until then a placeholder given as `retriever=` keeps from_pretrained from looking for a corpus.
+    placeholder = object()
+    model = model_class.from_pretrained(path, retriever=placeholder, **kwargs)
+    model.retriever = None
+    return model
+
+
+def embedder_from_dir(path: str):
+    """The embedder that fills an index, from a REALM model directory: (embedder, description)."""
+    from ..modeling_realm import RealmEmbedder, RealmForOpenQA, RealmScorer  # deferred: see load_openqa
+
+    found = architecture_of(config_of(path))
+    if found == "RealmEmbedder" or not found:
+        return RealmEmbedder.from_pretrained(path), "embedder"
+    if found == "RealmScorer":
+        return RealmScorer.from_pretrained(path).embedder, "scorer's embedder"
+    if found == "RealmForOpenQA":
+        model = load_without_retriever(RealmForOpenQA, path)
+        if model.document_embedder is not None:
+            return model.document_embedder, "document embedder"
+        return model.embedder, "question embedder"
+    if found == "RealmForPreTraining":
+        from ..modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
+
+        return load_without_retriever(RealmForPreTraining, path).document_embedder, "document embedder"
+    if found == "RealmForInverseClozeTask":
+        from ..training.ict import RealmForInverseClozeTask  # deferred: see load_openqa
+
+        return RealmForInverseClozeTask.from_pretrained(path).document_embedder, "ICT document embedder"
+    raise CLIError(f"{path} holds a {found}, which has no embedder to build an index with.")

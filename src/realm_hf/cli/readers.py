@@ -1,0 +1,247 @@
+"""Input readers of the commands: document tables, QA files and question lists, with errors naming file and line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from .common import CLIError, logger
+
+_DOCUMENT_SUFFIXES = {
+    ".jsonl": "json",
+    ".json": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+# Columns the retriever computes itself: a documents file must not bring its own.
+_RESERVED_DOCUMENT_COLUMNS = ("block_id", "char_start", "char_end", "embeddings")
+
+
+def file_format(path: str, fmt: str = "auto") -> str:
+    if fmt != "auto":
+        return fmt
+    if os.path.isdir(path):
+        return "dataset"
+    suffix = os.path.splitext(path.lower().removesuffix(".gz"))[1]
+    if suffix not in _DOCUMENT_SUFFIXES:
+        raise CLIError(
+            f"Cannot tell the format of {path!r} from its extension; use .jsonl, .csv or .parquet, a saved `datasets` "
+            "directory, or pass --format."
+        )
+    return _DOCUMENT_SUFFIXES[suffix]
+
+
+def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
+    """A `datasets.Dataset` from JSONL/CSV/Parquet files (all of one format) or one `save_to_disk` directory."""
+    import datasets  # deferred: the cli package imports nothing heavy at module level
+
+    for path in paths:
+        if not os.path.exists(path):
+            raise CLIError(f"Input {path!r} does not exist.")
+    formats = {file_format(path, fmt) for path in paths}
+    if len(formats) > 1:
+        raise CLIError(f"Input files mix formats ({', '.join(sorted(formats))}); give files of one format.")
+    kind = formats.pop()
+    if kind == "dataset":
+        if len(paths) != 1:
+            raise CLIError("Give a single saved dataset directory (or data files).")
+        loaded = datasets.load_from_disk(paths[0])
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise CLIError(f"{paths[0]} holds splits {sorted(loaded)}; choose one with --split.")
+            loaded = loaded[split]
+        return loaded
+    kwargs = {"sep": "\t"} if kind == "csv" and all(p.lower().endswith(".tsv") for p in paths) else {}
+    try:
+        return datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
+    except datasets.exceptions.DatasetGenerationError as err:
+        if kind == "json":
+            for path in paths:
+                _check_json_lines(path)  # names the file and line that datasets' error leaves out
+        cause = err.__cause__ or err
+        raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {cause}") from err
+
+
+def _check_json_lines(path: str) -> None:
+    """Raise a `CLIError` naming the first line of a JSON-lines file that is not a JSON object."""
+    with open(path, encoding="utf-8") as f:
+        if f.read(1024).lstrip().startswith("["):
+            return  # a JSON array, not JSON lines: datasets' own error says what is wrong
+        f.seek(0)
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+            if not isinstance(record, dict):
+                raise CLIError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
+
+
+def load_documents(
+    paths: Sequence[str],
+    text_column: str = "text",
+    title_column: str | None = "title",
+    id_column: str | None = None,
+    fmt: str = "auto",
+    split: str = "train",
+):
+    """
+    Documents as a `datasets.Dataset` with `text`, `title` (and `doc_id`, metadata) columns, renamed from the user's
+    column names. A missing default `title` column is fine (blocks get no title); any other missing column is an error.
+
+    Args:
+        paths (`Sequence[str]`): JSONL/JSON, CSV/TSV or Parquet files of one format, or one saved dataset directory.
+        text_column (`str`, *optional*, defaults to `"text"`): The document text.
+        title_column (`str`, *optional*, defaults to `"title"`): The title; `None`: no titles.
+        id_column (`str`, *optional*): Kept as `doc_id` (used by `RealmRetriever.remove_documents`).
+        fmt (`str`, *optional*, defaults to `"auto"`): `json`, `csv`, `parquet` or `dataset`; `auto` goes by extension.
+        split (`str`, *optional*, defaults to `"train"`): The split of a saved `DatasetDict`.
+    """
+    dataset = load_table(paths, fmt, split)
+    columns = dataset.column_names
+    if text_column not in columns:
+        raise CLIError(
+            f"The documents have no text column {text_column!r} (columns: {', '.join(columns)}); "
+            "choose one with --text-column."
+        )
+    if title_column is not None and title_column not in columns:
+        if title_column != "title":
+            raise CLIError(f"The documents have no title column {title_column!r} (columns: {', '.join(columns)}).")
+        title_column = None
+    if id_column and id_column not in columns:
+        raise CLIError(f"The documents have no id column {id_column!r} (columns: {', '.join(columns)}).")
+    renames = {text_column: "text"}
+    if title_column:
+        renames[title_column] = "title"
+    if id_column:
+        renames[id_column] = "doc_id"
+    dropped = [c for c in columns if c not in renames and (c in renames.values() or c in _RESERVED_DOCUMENT_COLUMNS)]
+    if dropped:
+        logger.warning("Ignoring document column(s) %s: the corpus computes or renames them.", ", ".join(dropped))
+        dataset = dataset.remove_columns(dropped)
+    renames = {old: new for old, new in renames.items() if old != new}
+    if renames:
+        dataset = dataset.rename_columns(renames)
+    if len(dataset) == 0:
+        raise CLIError(f"No documents in {', '.join(paths)}.")
+    return dataset
+
+
+def _answers_list(value, separator: str | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, list):
+                return [str(a) for a in parsed]
+        if separator:
+            return [part.strip() for part in value.split(separator) if part.strip()]
+        return [value]
+    if isinstance(value, dict) and "text" in value:  # SQuAD-style {"text": [...], "answer_start": [...]}
+        return _answers_list(value["text"], separator)
+    return [str(a) for a in value]
+
+
+def load_qa(path: str, question_column: str, answers_column: str | None, separator: str | None = "|", fmt="auto"):
+    """A QA file as a `datasets.Dataset` with `question` and (when asked for) `answers` (a list of strings)."""
+    import datasets  # deferred: see load_table
+
+    if not os.path.exists(path):
+        raise CLIError(f"QA file {path!r} does not exist.")
+    kind = file_format(path, fmt)
+    if kind == "json":
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        stripped = text.lstrip()
+        if stripped.startswith("["):  # a JSON array rather than JSON lines
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise CLIError(f"{path}: invalid JSON: {err}") from err
+        else:
+            for number, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+        for number, row in enumerate(rows, 1):
+            if not isinstance(row, dict):
+                raise CLIError(f"{path}, record {number}: expected a JSON object with {question_column!r}.")
+        columns = sorted({key for row in rows for key in row})
+        get = lambda column: [row.get(column) for row in rows]  # noqa: E731
+    else:
+        table = load_table([path], kind)
+        columns = table.column_names
+        get = lambda column: table[column] if column in columns else [None] * len(table)  # noqa: E731
+    if question_column not in columns:
+        raise CLIError(f"{path} has no question column {question_column!r} (columns: {', '.join(columns)}).")
+    questions = get(question_column)
+    for number, question in enumerate(questions, 1):
+        if not isinstance(question, str) or not question.strip():
+            raise CLIError(f"{path}, record {number}: the question is empty.")
+    data = {"question": list(questions)}
+    if answers_column is not None:
+        if answers_column not in columns:
+            raise CLIError(f"{path} has no answers column {answers_column!r} (columns: {', '.join(columns)}).")
+        answers = [_answers_list(value, separator) for value in get(answers_column)]
+        for number, golds in enumerate(answers, 1):
+            if not any(g.strip() for g in golds):
+                raise CLIError(f"{path}, record {number}: no answer given for {data['question'][number - 1]!r}.")
+        data["answers"] = answers
+    if not data["question"]:
+        raise CLIError(f"{path} holds no questions.")
+    return datasets.Dataset.from_dict(data)
+
+
+def read_questions(questions: Sequence[str] = (), file: str | None = None) -> list[str]:
+    """
+    The questions given as arguments, then those of `file`: one per line, or JSON lines with a `question` string
+    (`.jsonl`/`.json` files, or lines starting with `{`); `-` reads stdin. Errors name the file and line.
+    """
+    questions = list(questions or [])
+    if file:
+        if file == "-":
+            text = sys.stdin.read()
+            name = "<stdin>"
+        else:
+            if not os.path.isfile(file):
+                raise CLIError(f"Question file {file!r} does not exist.")
+            with open(file, encoding="utf-8") as f:
+                text = f.read()
+            name = file
+        as_json = name.lower().endswith((".jsonl", ".json", ".ndjson"))
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line:
+                continue
+            if as_json or line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise CLIError(f"{name}, line {number}: invalid JSON: {err.msg}") from err
+                if isinstance(record, str):
+                    questions.append(record)
+                elif isinstance(record, dict) and isinstance(record.get("question"), str):
+                    questions.append(record["question"])
+                else:
+                    raise CLIError(f"{name}, line {number}: expected a JSON object with a 'question' string.")
+            else:
+                questions.append(line)
+    if not questions:
+        raise CLIError("No questions: give them as arguments or with --file (one per line, or JSONL with 'question').")
+    return questions

@@ -1,0 +1,203 @@
+"""The training recipes that `realm-hf train` and `examples/` share: seeding, arguments, collators, optimizers, trainers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from transformers import Trainer, TrainingArguments, enable_full_determinism, set_seed
+
+from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
+from .ict import DataCollatorForInverseClozeTask
+from .masking import DataCollatorForSalientSpanMasking
+from .openqa import RealmOpenQATrainer
+from .optimization import two_rate_adamw
+
+
+def seed_everything(seed: int, full_determinism: bool = False) -> int:
+    """
+    Seed python, numpy and torch. Call it before the model is built.
+
+    The Trainer seeds only once created, after `init_from_bert` drew the fresh heads and LoRA its adapters: without
+    this, two runs of one config start from different weights and their metrics diverge.
+
+    Args:
+        seed (`int`): The seed, also to be given to the Trainer (`TrainingArguments.seed`) and the collators.
+        full_determinism (`bool`, *optional*, defaults to `False`): Also make torch's kernels deterministic
+            ([`~transformers.enable_full_determinism`]); slower.
+
+    Returns:
+        `int`: `seed`.
+    """
+    if full_determinism:
+        enable_full_determinism(seed)
+    else:
+        set_seed(seed)
+    return seed
+
+
+def training_arguments(output_dir: str, seed: int, **values) -> TrainingArguments:
+    """
+    [`~transformers.TrainingArguments`] with `report_to="none"` unless given (trackers would reach the network).
+
+    Raises:
+        `ValueError`: naming the bad field, for an argument `TrainingArguments` does not take.
+    """
+    values.setdefault("report_to", "none")
+    try:
+        return TrainingArguments(output_dir=output_dir, seed=seed, **values)
+    except TypeError as err:
+        raise ValueError(f"Invalid training_args: {err}") from err
+
+
+def reindex_callback(
+    retriever, refresh_steps: int | None, batch_size: int = 128, background: bool = True, **kwargs
+) -> RealmReindexCallback | None:
+    """
+    The index refresher for a trained document embedder, or `None` without `refresh_steps`.
+
+    Args:
+        retriever ([`RealmRetriever`]): The model's retriever, refreshed in place.
+        refresh_steps (`int`, *optional*): Refresh period in optimizer steps; `None` or 0: no refresher.
+        batch_size (`int`, *optional*, defaults to 128): Blocks per embedding batch.
+        background (`bool`, *optional*, defaults to `True`): Refresh in a worker thread while training goes on.
+        kwargs: Other [`RealmReindexCallback`] arguments (`device`, `save_with_checkpoints`, `refresh_at_end`, ...).
+    """
+    if not refresh_steps:
+        return None
+    return RealmReindexCallback(
+        retriever, refresh_steps=int(refresh_steps), batch_size=batch_size, background=background, **kwargs
+    )
+
+
+def set_document_embedder_trainable(model, trainable: bool):
+    """
+    End-to-end retriever training (`trainable`: a document embedder is added if missing, and trains) or the paper's
+    fine-tuning (the document embedder, if any, is frozen so the index never goes stale). Returns the embedder whose
+    outputs fill the index: the document embedder if the model has one, else the shared embedder.
+    """
+    if trainable:
+        if model.document_embedder is None:
+            # REALM's fine-tuning starts both embedders from the same pre-trained weights.
+            model.add_document_embedder()
+        model.document_embedder.requires_grad_(True)
+    else:
+        model.freeze_document_embedder()
+    return model.document_embedder if model.document_embedder is not None else model.embedder
+
+
+def openqa_trainer(
+    model,
+    args: TrainingArguments,
+    train_dataset,
+    eval_dataset=None,
+    recall_ks: Sequence[int] = (1, 5),
+    reindex: RealmReindexCallback | None = None,
+    callbacks: Sequence = (),
+    **kwargs,
+) -> RealmOpenQATrainer:
+    """
+    The Open-QA fine-tuning Trainer: [`RealmOpenQATrainer`] (its collator is [`DataCollatorForOpenQA`] with the
+    retriever's tokenizer) with `reindex`, if given, first among the callbacks so `report_to` integrations receive the
+    refresh metrics. `model` may be a PEFT wrapper.
+    """
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        recall_ks=tuple(recall_ks),
+        callbacks=list(callbacks) or None,
+        **kwargs,
+    )
+    if reindex is not None:
+        reindex.attach(trainer)
+    return trainer
+
+
+def salient_span_collator(tokenizer, seed: int, max_length: int, **options) -> DataCollatorForSalientSpanMasking:
+    """
+    The pre-training collator, seeded: without a seed its generator draws one from the OS, and every run masks other
+    spans. `options` are the other [`DataCollatorForSalientSpanMasking`] arguments.
+    """
+    return DataCollatorForSalientSpanMasking(tokenizer, max_length=max_length, seed=seed, **options)
+
+
+def pretraining_optimizer(model, learning_rate: float, embedder_lr_ratio: float = 1.0):
+    """
+    AdamW with the embedders at `embedder_lr_ratio` times the knowledge-augmented encoder's learning rate, or `None`
+    (the Trainer's own optimizer) when the ratio is 1.
+
+    A checkpoint without a masked-LM head (all-MiniLM-L6-v2) starts the encoder's head from scratch, which needs a
+    high rate; the embedders start from the ICT warm start, whose retrieval a high rate on a noisy early gradient
+    scrambles.
+    """
+    if float(embedder_lr_ratio) == 1.0:
+        return None
+    return two_rate_adamw(model, model.encoder, learning_rate, float(embedder_lr_ratio))
+
+
+def pretraining_trainer(
+    model,
+    args: TrainingArguments,
+    train_dataset,
+    collator,
+    eval_dataset=None,
+    reindex: RealmReindexCallback | None = None,
+    callbacks: Sequence = (),
+    optimizer=None,
+) -> Trainer:
+    """
+    The REALM pre-training Trainer: [`RealmForPreTraining`] with a masking collator, `optimizer` (or the Trainer's
+    own when `None`, see [`pretraining_optimizer`]) and `reindex`, if given, first among the callbacks.
+    `args.remove_unused_columns` must be `False`: the collator reads the raw text, spans and block ids.
+    """
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        callbacks=list(callbacks) or None,
+        optimizers=(optimizer, None),
+    )
+    if reindex is not None:
+        reindex.attach(trainer)
+    else:
+        place_reindex_callbacks_first(trainer)
+    return trainer
+
+
+def ict_trainer(
+    model, args: TrainingArguments, train_dataset, tokenizer, max_query_length: int, max_block_length: int, seed: int
+) -> Trainer:
+    """The Inverse Cloze Task warm-start Trainer for [`RealmForInverseClozeTask`], with its seeded collator."""
+    collator = DataCollatorForInverseClozeTask(
+        tokenizer, max_query_length=max_query_length, max_block_length=max_block_length, seed=seed
+    )
+    return Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
+
+
+def evaluation_history(trainer) -> list[dict]:
+    """
+    Every evaluation the Trainer logged (`eval_on_start`, `eval_strategy`, the final one) in step order, as
+    `{"step": ..., "eval_...": ...}`: the metrics before the first step are otherwise only printed.
+    """
+    return [
+        {"step": entry.get("step"), **{k: v for k, v in entry.items() if k.startswith("eval_")}}
+        for entry in trainer.state.log_history
+        if any(k.startswith("eval_") for k in entry)
+    ]
+
+
+__all__ = [
+    "evaluation_history",
+    "ict_trainer",
+    "openqa_trainer",
+    "pretraining_optimizer",
+    "pretraining_trainer",
+    "reindex_callback",
+    "salient_span_collator",
+    "seed_everything",
+    "set_document_embedder_trainable",
+    "training_arguments",
+]
