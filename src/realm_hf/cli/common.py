@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+
 logger = logging.getLogger("realm_hf.cli")
 
 EXIT_OK = 0
@@ -122,7 +124,7 @@ def load_tokenizer(*candidates: str):
             continue
         for path in (
             candidate,
-            os.path.join(candidate, "retriever", "tokenizer"),
+            os.path.join(candidate, RETRIEVER_SUBFOLDER, TOKENIZER_DIR),
             os.path.join(candidate, "tokenizer"),
         ):
             if os.path.isdir(path) and any(

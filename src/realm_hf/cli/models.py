@@ -18,7 +18,7 @@ def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None
             raise CLIError(f"{path} holds a {found}, not a RealmForOpenQA question-answering model.")
     model = RealmForOpenQA.from_pretrained(path, allow_pickle=allow_pickle)
     if need_retriever:
-        model._require_retriever()  # says what to do (convert, allow_pickle, attach a corpus) when there is none
+        model.require_retriever()  # says what to do (convert, allow_pickle, attach a corpus) when there is none
     model.to(default_device(device))
     return model.eval()
 
@@ -28,12 +28,7 @@ def load_without_retriever(model_class, path: str, **kwargs):
     `model_class.from_pretrained(path)` without loading (or unpickling) the corpus saved with it: for commands that
     need the weights only (an embedder to build an index with, a legacy checkpoint without block records).
     """
-    # TODO(load_retriever=False): pass `load_retriever=False` once from_pretrained takes it, and drop this stand-in.
-    # Until then a placeholder given as `retriever=` keeps from_pretrained from looking for a corpus.
-    placeholder = object()
-    model = model_class.from_pretrained(path, retriever=placeholder, **kwargs)
-    model.retriever = None
-    return model
+    return model_class.from_pretrained(path, load_retriever=False, **kwargs)
 
 
 def embedder_from_dir(path: str):

@@ -61,9 +61,10 @@ def run(args) -> int:
                     continue
                 prefix = "A:" if len(answers) == 1 else f"{rank:>2}."
                 block = answer.get("block")
-                if block:
+                # A `context=` answer carries the context as its block, with no block id.
+                if block and block.get("block_id") is not None:
                     title = f'"{block["title"]}" ' if block.get("title") else ""
-                    source = f"  [source: {title}(block {block.get('id')})]"
+                    source = f"  [source: {title}(block {block['block_id']})]"
                 else:
                     source = "  [source: the given context]"
                 out.write(f"{prefix} {answer['answer']}  (score {answer['score']:.3f}){source}\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ...constants import RETRIEVER_SUBFOLDER
 from ..common import (
     EXIT_OK,
     CLIError,
@@ -76,9 +77,9 @@ def run(args) -> int:
                 retriever = RealmRetriever.from_legacy(
                     source, tokenizer=tokenizer, allow_pickle=True, index=args.index
                 )
-            elif os.path.isdir(os.path.join(source, "retriever")):
+            elif os.path.isdir(os.path.join(source, RETRIEVER_SUBFOLDER)):
                 # Already in this format (e.g. re-saving as safetensors): keep its corpus.
-                retriever = RealmRetriever.from_pretrained(os.path.join(source, "retriever"))
+                retriever = RealmRetriever.from_pretrained(os.path.join(source, RETRIEVER_SUBFOLDER))
             if retriever is not None:
                 model = RealmForOpenQA.from_pretrained(source, retriever=retriever)
             else:
@@ -91,7 +92,7 @@ def run(args) -> int:
             model.save_pretrained(tmp, save_retriever=False)
             if retriever is not None:
                 info(f"Writing the corpus ({len(retriever)} blocks) and its {args.index} index ...")
-                retriever.save_pretrained(os.path.join(tmp, "retriever"), corpus_format=args.corpus_format)
+                retriever.save_pretrained(os.path.join(tmp, RETRIEVER_SUBFOLDER), corpus_format=args.corpus_format)
         else:
             if not architecture:
                 raise CLIError(f"{source}/config.json names no architecture: cannot tell which REALM model it is.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ...constants import RETRIEVER_SUBFOLDER
 from ..common import EXIT_OK, CLIError, State, architecture_of, config_of, default_device, info, load_tokenizer
 from ..models import embedder_from_dir
 from ..outputs import atomic_output_dir, check_output_dir
@@ -29,7 +30,7 @@ def run(args) -> int:
         attach_config = config_of(args.attach_to)
         if architecture_of(attach_config) not in ("RealmForOpenQA", "RealmForPreTraining", ""):
             raise CLIError(f"--attach-to {args.attach_to}: a {architecture_of(attach_config)} has no retriever.")
-        attach_dir = os.path.join(args.attach_to, "retriever")
+        attach_dir = os.path.join(args.attach_to, RETRIEVER_SUBFOLDER)
         if os.path.isdir(attach_dir) and os.listdir(attach_dir) and not args.overwrite:
             raise CLIError(f"{args.attach_to} already has a retriever/; pass --overwrite to replace it.")
     if args.max_block_length < 8:

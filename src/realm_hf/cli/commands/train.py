@@ -114,7 +114,7 @@ def _train_finetune(config: dict, args) -> dict:
         embedder = model.document_embedder if model.document_embedder is not None else model.embedder
         _attach_corpus(model, config, embedder, tokenizer)
     elif model.retriever is None:
-        model._require_retriever()
+        model.require_retriever()
     # Trained end to end, or frozen (a document embedder the model came with too), so the index never goes stale.
     set_document_embedder_trainable(model, bool(config.get("train_document_embedder")))
 
