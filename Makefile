@@ -53,6 +53,8 @@ bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 co
 	REALM_LEGACY_PYTHON=$(LEGACY_VENV)/bin/python $(PY) bench/qa.py
 	$(PY) bench/reindex.py
 	$(PY) bench/pretrain_foldoc.py
+	$(PY) bench/train_memory.py
+	$(PY) bench/learning_foldoc.py
 
 clean: ## Remove build artefacts and the demo output
 	rm -rf build dist *.egg-info src/*.egg-info demo_output
