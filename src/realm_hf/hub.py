@@ -201,7 +201,7 @@ def load_referenced_retriever(
 
 
 def _retriever_from_dir(model, path: str):
-    from .modeling_realm import load_retriever_for_model
+    from .retriever_loading import load_retriever_for_model
 
     return load_retriever_for_model(model, path)
 

@@ -1,0 +1,565 @@
+"""End-to-end open-domain QA: `RealmForOpenQA` (retrieve, then read), its input checks and corpus loading."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from .configuration_realm import RealmConfig
+from .constants import LEGACY_BLOCK_RECORDS, RETRIEVER_SUBFOLDER
+from .modeling_base import RealmPreTrainedModel
+from .modeling_embedder import RealmEmbedder
+from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
+from .modeling_reader import RealmReader
+from .provenance import answer_record, block_provenance, span_log_probs
+from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
+from .retrieval.encoding import tokenize_blocks
+from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
+from .retriever_loading import load_retriever_for_model
+
+logger = logging.getLogger(__name__)
+
+
+class RealmForOpenQA(RealmPreTrainedModel):
+    r"""
+    End-to-end open-domain question answering: p(y|x) = sum over the top-k blocks z of p(y|z,x) p(z|x).
+
+    The question is embedded with the question embedder (`query_embedder`, stored as `embedder` as in the legacy
+    checkpoints), the top blocks are found by maximum inner product search in the `retriever`'s index (the corpus and
+    index live outside the model weights), and `reader` scores answer spans in each (question, block) pair. Answers a
+    whole batch of questions in one call. `document_embedder` is the model's own block embedder when it trains one
+    end to end ([`~RealmForOpenQA.add_document_embedder`]), else `None`: the index was embedded outside the model.
+
+    Args:
+        config ([`RealmConfig`]): Model configuration.
+        retriever ([`RealmRetriever`], *optional*):
+            The knowledge corpus and its index. Anything with `search(question_embeddings, k)`,
+            `get_block_embeddings(block_ids)`, `get_block_texts(block_ids)` and a `tokenizer` works.
+
+    Example:
+
+    ```python
+    >>> from realm_hf import RealmForOpenQA, RealmTokenizer
+
+    >>> model = RealmForOpenQA.from_pretrained("path/to/realm-model")  # loads the saved corpus + index too
+    >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-model")
+    >>> questions = ["who wrote the art of computer programming?", "what is a compiler?"]
+    >>> outputs = model(**tokenizer(questions, padding=True, return_tensors="pt"), questions=questions)
+    >>> outputs.predicted_answers, outputs.retrieved_blocks[0][0]["title"]
+    ```"""
+
+    _tied_weights_keys = {
+        "embedder.cls.predictions.decoder.bias": "embedder.cls.predictions.bias",
+        "reader.cls.predictions.decoder.bias": "reader.cls.predictions.bias",
+    }
+    # The legacy port kept the whole corpus embedding matrix as a model buffer; it now belongs to the retriever.
+    _keys_to_ignore_on_load_unexpected = [r"position_ids", r"^block_emb$"]
+    # Blocks per document-embedder call when retrieved blocks are re-embedded with gradient (end-to-end training):
+    # caps the size of one call's activations; an attribute, not a config field, as results change only by rounding.
+    document_embedding_chunk_size = 64
+
+    def __init__(self, config: RealmConfig, retriever=None):
+        super().__init__(config)
+        self.embedder = RealmEmbedder(config)
+        self.reader = RealmReader(config)
+        self.document_embedder = RealmEmbedder(config) if getattr(config, "use_document_embedder", False) else None
+        self.set_retriever(retriever)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        """The question embedder's word embeddings (what PEFT and `resize_token_embeddings` look for)."""
+        return self.embedder.get_input_embeddings()
+
+    @property
+    def query_embedder(self) -> RealmEmbedder:
+        """The question embedder, `embedder` (the name its weights carry in every REALM Open-QA checkpoint)."""
+        return self.embedder
+
+    def add_document_embedder(self, embedder: RealmEmbedder | None = None, trainable: bool = True) -> RealmEmbedder:
+        r"""
+        Give the model its own document embedder, for end-to-end retriever training.
+
+        By default REALM fine-tuning keeps the document embedder frozen: the index holds precomputed block
+        embeddings and only the question embedder and reader train. With a document embedder, the top
+        `config.document_gradient_beam_size` retrieved blocks of each question (default: the reader beam) are
+        re-embedded in the forward pass while training, so the retrieval loss reaches the document side too; the
+        rest of the searcher beam is scored with the index's stored embeddings. [`RealmReindexCallback`] refreshes
+        the index with its weights.
+
+        Args:
+            embedder ([`RealmEmbedder`], *optional*):
+                Initial weights, e.g. the pre-trained document embedder that built the index. Defaults to a copy of
+                the question embedder (they start equal in REALM's fine-tuning from pre-training).
+            trainable (`bool`, *optional*, defaults to `True`): Leave its parameters trainable.
+        """
+        import copy
+
+        embedder = copy.deepcopy(self.embedder) if embedder is None else embedder
+        embedder.requires_grad_(trainable)
+        self.document_embedder = embedder
+        self.config.use_document_embedder = True
+        return embedder
+
+    def freeze_document_embedder(self) -> None:
+        """Stop training the document embedder (the paper's fine-tuning setting); the index then stays fresh."""
+        if self.document_embedder is not None:
+            self.document_embedder.requires_grad_(False)
+
+    def _trains_document_embedder(self) -> bool:
+        return (
+            self.document_embedder is not None
+            and self.training
+            and torch.is_grad_enabled()
+            and any(p.requires_grad for p in self.document_embedder.parameters())
+        )
+
+    def _embed_blocks(self, tokenizer, blocks: list[list[dict]]) -> torch.Tensor:
+        """
+        Embed retrieved blocks with the live document embedder (with gradient): `[batch, n, proj]` for `n` blocks
+        per question. One tokenization for all of them (as the index was embedded), then the embedder runs over
+        `document_embedding_chunk_size` blocks at a time: that caps the transient memory of one call (attention
+        scores, feed-forward activations); what backward keeps still grows with the number of blocks, which
+        `config.document_gradient_beam_size` bounds.
+        """
+        flat = [block for row in blocks for block in row]
+        # The same tokenization and truncation as the index was embedded with.
+        encoded = tokenize_blocks(
+            tokenizer,
+            [block.get("title") for block in flat],
+            [block["text"] for block in flat],
+            max_length=getattr(self.retriever, "max_block_length", None),
+            padding=True,
+            return_tensors="pt",
+        ).to(self.document_embedder.device)
+        chunk = max(1, int(self.document_embedding_chunk_size))
+        embeddings = torch.cat(
+            [
+                self.document_embedder(
+                    **{key: value[start : start + chunk] for key, value in encoded.items()}, return_dict=True
+                ).projected_score
+                for start in range(0, len(flat), chunk)
+            ]
+        )
+        return embeddings.view(len(blocks), len(blocks[0]), -1)
+
+    def _document_gradient_beam_size(self, k: int, reader_beam_size: int | None = None) -> int:
+        """
+        Blocks per question re-embedded with gradient while the document embedder trains:
+        `config.document_gradient_beam_size` (default: the blocks read, `config.reader_beam_size` unless the call
+        says otherwise), at most `k` (the searcher beam).
+        """
+        m = getattr(self.config, "document_gradient_beam_size", None)
+        if m is None:
+            m = self.config.reader_beam_size if reader_beam_size is None else reader_beam_size
+        return max(0, min(int(m), k))
+
+    def _training_block_embeddings(
+        self, retriever, tokenizer, search, question_projection, reader_beam_size: int | None = None
+    ) -> torch.Tensor:
+        """
+        Block embeddings `[batch, k, proj]` for the relevance scores while the document embedder trains: fresh ones
+        (with gradient) for the first `document_gradient_beam_size` blocks of each question's beam, the index's
+        stored ones (no gradient) for the rest.
+        """
+        k = search.block_ids.shape[1]
+        m = self._document_gradient_beam_size(k, reader_beam_size)
+        device = question_projection.device
+        fresh = self._embed_blocks(tokenizer, [row[:m] for row in search.blocks]).to(device) if m else None
+        if fresh is not None and m == k:
+            return fresh
+        # The top blocks carry the gradient into the document side (REALM's pre-training back-propagates through 8
+        # candidates); the stored vectors still give the rest of the beam its place in the retrieval marginal,
+        # without activations kept for backward.
+        stored = retriever.get_block_embeddings(search.block_ids[:, m:]).to(
+            device, fresh.dtype if fresh is not None else question_projection.dtype
+        )
+        return stored if fresh is None else torch.cat([fresh, stored], dim=1)
+
+    @property
+    def searcher_beam_size(self) -> int:
+        """Blocks retrieved per question: `searcher_beam_size` while training, `reader_beam_size` otherwise."""
+        if self.training:
+            return self.config.searcher_beam_size
+        return self.config.reader_beam_size
+
+    def set_retriever(self, retriever) -> None:
+        """Attach (or replace) the knowledge corpus this model retrieves from; its embedding size must match."""
+        check_retriever_dim(retriever, self.config)
+        self.retriever = retriever
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *model_args,
+        retriever=None,
+        load_retriever: bool = True,
+        allow_pickle=False,
+        **kwargs,
+    ):
+        r"""
+        Load the model and, unless `retriever` is given or `load_retriever=False`, the knowledge corpus saved with it.
+
+        Besides the usual [`~transformers.PreTrainedModel.from_pretrained`] arguments:
+
+        Args:
+            retriever ([`RealmRetriever`], *optional*):
+                Corpus to attach instead of the one found in the checkpoint.
+            load_retriever (`bool`, *optional*, defaults to `True`):
+                Load the saved corpus and index. `False` loads the weights alone (nothing is read, downloaded or
+                unpickled for the corpus; `model.retriever` is `None` unless `retriever` is given), e.g. to re-embed
+                a corpus, convert weights, or answer from given contexts only.
+            allow_pickle (`bool`, *optional*, defaults to `False`):
+                For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
+                Prefer converting once with `realm-hf convert`.
+        """
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
+        if retriever is None and load_retriever:
+            retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
+        model.set_retriever(retriever)
+        return loaded
+
+    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
+        r"""
+        Save the weights and config as usual and, when a retriever is attached, the corpus, FAISS index and
+        manifest in `save_directory/retriever/`, so that one directory (or Hub repo) holds everything
+        [`~RealmForOpenQA.from_pretrained`] needs to answer questions.
+
+        Args:
+            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
+            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
+                written by hand in an existing card is kept.
+        """
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if not kwargs.get("is_main_process", True):
+            return
+        retriever = self.retriever if save_retriever else None
+        if retriever is not None:
+            retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+        if model_card:
+            from .modelcard import write_model_card
+
+            write_model_card(save_directory, model=self, retriever=retriever)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        r"""
+        Push weights, config, tokenizer, corpus + FAISS index (`retriever/`) and model card to one Hub repo.
+        See [`realm_hf.hub.push_to_hub`] for the arguments (e.g. `tokenizer=`, `private=`, `revision=`).
+        """
+        from .hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
+
+    def require_retriever(self):
+        """
+        The attached retriever; raises a `ValueError` that says how to attach one (or, for a legacy checkpoint, how
+        to convert it) when there is none.
+        """
+        if self.retriever is None:
+            hint = ""
+            if getattr(self, "legacy_block_emb", None) is not None:
+                hint = (
+                    " This is a legacy checkpoint: its block embeddings were found, but its block texts are in a pickled"
+                    " `block_records.npy`. Convert it once with `realm-hf convert <legacy_dir> <output_dir>` (or load"
+                    " with `allow_pickle=True` if you trust the file)."
+                )
+            raise ValueError(
+                "RealmForOpenQA has no retriever: build a corpus with `RealmRetriever.from_documents(...)` and pass it"
+                " with `model.set_retriever(retriever)` or `from_pretrained(..., retriever=retriever)`." + hint
+            )
+        return self.retriever
+
+    def _require_retriever(self):
+        # The private name earlier releases used (and other modules called); kept for their callers.
+        return self.require_retriever()
+
+    def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
+        """Question embeddings, shape `(batch_size, retriever_proj_size)`."""
+        return self.embedder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        ).projected_score
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        answer_ids: list | None = None,
+        answers: list[list[str]] | None = None,
+        questions: list[str] | None = None,
+        num_blocks: int | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> tuple | RealmForOpenQAOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            Tokenized questions.
+        answer_ids (`list`, *optional*):
+            Gold answers as wordpiece ids: one list of answers (each a list of ids) per question. For a single
+            question the legacy form `[answer][token]` is accepted too.
+        answers (`list[list[str]]`, *optional*):
+            Gold answers as strings, one list per question (alternative to `answer_ids`).
+        questions (`list[str]`, *optional*):
+            Question texts; if omitted they are decoded from `input_ids` (as the legacy port did).
+        num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`):
+            Blocks the reader reads per question in this call; in evaluation mode also the blocks retrieved (in
+            training mode `config.searcher_beam_size` are retrieved for the retrieval loss). A per-call argument: the
+            config is never changed, so concurrent calls with different values do not interfere.
+
+        Returns:
+            [`RealmForOpenQAOutput`]
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if num_blocks is not None and (
+            isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
+        ):
+            raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
+        reader_beam_size = self.config.reader_beam_size if num_blocks is None else num_blocks
+        retriever = self.require_retriever()
+        tokenizer = retriever.tokenizer
+        if input_ids is None:
+            raise ValueError("`input_ids` (the tokenized questions) are required.")
+        batch_size = input_ids.shape[0]
+        if questions is None:
+            questions = [tokenizer.decode(ids, skip_special_tokens=True) for ids in input_ids]
+        if len(questions) != batch_size:
+            raise ValueError(f"Got {len(questions)} question texts for {batch_size} tokenized questions.")
+        if answers is not None:
+            if answer_ids is not None:
+                raise ValueError("Pass either `answers` or `answer_ids`, not both.")
+            if len(answers) != batch_size:
+                raise ValueError(f"Got answers for {len(answers)} questions but the batch has {batch_size}.")
+            answer_ids = tokenize_answers(tokenizer, answers)
+        answer_ids = normalize_answer_ids(answer_ids, batch_size)
+
+        # [batch, proj]
+        question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
+        # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
+        k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
+        search = retriever.search(question_projection.detach(), k)
+        block_ids = search.block_ids
+        if self._trains_document_embedder():
+            # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
+            # embedder; stored ones for the rest of the beam (memory bounded by `document_gradient_beam_size`).
+            block_emb = self._training_block_embeddings(
+                retriever, tokenizer, search, question_projection, reader_beam_size
+            )
+        else:
+            # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
+            # einsum did.
+            block_emb = retriever.get_block_embeddings(block_ids).to(question_projection.device)
+        # Retrieval logits in at least fp32, also under autocast: the softmax over the searcher beam needs their small
+        # differences (bf16 keeps about 3 significant digits).
+        score_dtype = torch.promote_types(question_projection.dtype, torch.float32)
+        with torch.autocast(question_projection.device.type, enabled=False):
+            relevance_score = torch.einsum(
+                "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
+            )
+
+        reader_inputs = build_reader_inputs(
+            tokenizer,
+            questions,
+            retriever.get_block_texts(block_ids),
+            answer_ids=answer_ids,
+            max_length=self.config.reader_seq_len,
+            return_offsets_mapping=getattr(tokenizer, "is_fast", False),
+        ).to(self.reader.device)
+        reader_beam_size = min(reader_beam_size, k)
+        reader_output = self.reader(
+            input_ids=reader_inputs.input_ids[:, :reader_beam_size],
+            attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],
+            token_type_ids=reader_inputs.token_type_ids[:, :reader_beam_size],
+            relevance_score=relevance_score,
+            block_mask=reader_inputs.block_mask,
+            has_answers=reader_inputs.has_answers,
+            start_positions=reader_inputs.start_positions,
+            end_positions=reader_inputs.end_positions,
+            return_dict=True,
+        )
+        outputs = self._collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search)
+        if not return_dict:
+            return reader_output, outputs.predicted_answer_ids
+        return outputs
+
+    def _collect_answers(
+        self, reader_output: RealmReaderOutput, reader_inputs: RealmReaderInputs, block_ids, relevance_score, search
+    ) -> RealmForOpenQAOutput:
+        batch = torch.arange(block_ids.shape[0], device=reader_output.block_idx.device)
+        num_read = reader_output.reader_logits.shape[1]
+        answer_scores = reader_output.reader_logits[batch, reader_output.block_idx, reader_output.candidate]
+        answer_ids, answer_texts, char_spans = [], [], []
+        blocks = search.blocks
+        for b in range(block_ids.shape[0]):
+            row = int(reader_output.block_idx[b])
+            start, end = int(reader_output.start_pos[b]), int(reader_output.end_pos[b])
+            answer_ids.append(reader_inputs.input_ids[b, row, start : end + 1])
+            if reader_inputs.offset_mapping is not None:
+                char_start = int(reader_inputs.offset_mapping[b, row, start, 0])
+                char_end = int(reader_inputs.offset_mapping[b, row, end, 1])
+                char_spans.append((char_start, char_end))
+                answer_texts.append(blocks[b][row]["text"][char_start:char_end])
+            else:
+                char_spans.append(None)
+                answer_texts.append(self.retriever.tokenizer.decode(answer_ids[-1]))
+        answer_block_ids = block_ids.to(batch.device)[batch, reader_output.block_idx]
+        retrieved_blocks = [
+            [dict(block, score=float(score)) for block, score in zip(row_blocks, row_scores)]
+            for row_blocks, row_scores in zip(blocks, relevance_score.detach().cpu().tolist())
+        ]
+        return RealmForOpenQAOutput(
+            loss=reader_output.loss,
+            reader_output=reader_output,
+            predicted_answer_ids=answer_ids[0] if len(answer_ids) == 1 else answer_ids,
+            predicted_answers=answer_texts,
+            answer_scores=answer_scores,
+            answer_block_ids=answer_block_ids,
+            answer_char_spans=char_spans,
+            retrieved_block_ids=block_ids,
+            retrieved_scores=relevance_score,
+            retrieved_blocks=retrieved_blocks,
+            # The read pairs, so callers (the pipeline's top-k answers) need not tokenize them a second time.
+            reader_input_ids=reader_inputs.input_ids[:, :num_read],
+            reader_offset_mapping=reader_inputs.offset_mapping[:, :num_read]
+            if reader_inputs.offset_mapping is not None
+            else None,
+        )
+
+    @torch.inference_mode()
+    def answer(
+        self,
+        questions: str | list[str],
+        tokenizer=None,
+        batch_size: int = 16,
+        max_question_length: int = 64,
+        num_blocks: int | None = None,
+    ):
+        r"""
+        Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
+        (docs/provenance.md).
+
+        Args:
+            questions (`str` or `list[str]`): The questions.
+            tokenizer (*optional*): Question tokenizer; defaults to the retriever's.
+            batch_size (`int`, *optional*, defaults to 16): Questions per forward pass.
+            max_question_length (`int`, *optional*, defaults to 64): Questions longer than this many wordpieces are
+                refused.
+            num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per
+                question.
+
+        Returns:
+            A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
+            span's probability over every span of every read block), `logit` (REALM's raw score: span logit +
+            retrieval score), `start`, `end` (character offsets in `block["text"]`), `block` (the answer's block, see
+            [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
+        """
+        single = isinstance(questions, str)
+        questions = [questions] if single else list(questions)
+        tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
+        check_questions(questions, tokenizer, max_question_length)
+        was_training = self.training
+        self.eval()
+        results = []
+        try:
+            for start in range(0, len(questions), batch_size):
+                chunk = questions[start : start + batch_size]
+                inputs = tokenizer(chunk, padding=True, return_tensors="pt").to(self.device)
+                out = self(
+                    input_ids=inputs["input_ids"],
+                    attention_mask=inputs["attention_mask"],
+                    token_type_ids=inputs.get("token_type_ids"),
+                    questions=chunk,
+                    num_blocks=num_blocks,
+                )
+                reader_output = out.reader_output
+                for b, question in enumerate(chunk):
+                    row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
+                    log_probs = span_log_probs(reader_output.reader_logits[b])
+                    span = out.answer_char_spans[b]
+                    retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
+                    record = answer_record(
+                        out.predicted_answers[b],
+                        score=float(log_probs[row, candidate].exp()),
+                        logit=float(out.answer_scores[b]),
+                        start=span[0] if span else None,
+                        end=span[1] if span else None,
+                        block=retrieved[row],
+                    )
+                    results.append({"question": question, **record, "retrieved": retrieved})
+        finally:
+            self.train(was_training)
+        return results[0] if single else results
+
+
+def check_questions(questions: list[str], tokenizer, max_question_length: int) -> None:
+    """Refuse empty or over-long questions with a message that says what to do."""
+    if not questions:
+        raise ValueError("No questions given.")
+    for question in questions:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"Empty question {question!r}: every question needs some text.")
+        length = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+        if length > max_question_length:
+            raise ValueError(
+                f"Question of {length} wordpieces is longer than the limit of {max_question_length} "
+                f"({question[:60]!r}...): shorten it or raise `max_question_length`."
+            )
+
+
+def check_retriever_dim(retriever, config: RealmConfig) -> None:
+    """Refuse a retriever whose embeddings are not `config.retriever_proj_size`-dimensional (`None` passes)."""
+    dim = getattr(retriever, "embedding_dim", None)
+    if dim is None or int(dim) == int(config.retriever_proj_size):
+        return
+    raise ValueError(
+        f"This retriever holds {int(dim)}-d embeddings, but the model's embedder projects to "
+        f"{config.retriever_proj_size} dimensions (config.retriever_proj_size): its inner products would be "
+        "meaningless. Use the corpus built for this model, or re-embed it with this model's embedder "
+        "(`retriever.embed_corpus(model.embedder)`)."
+    )
+
+
+def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False, **kwargs):
+    """Find the corpus that belongs to a checkpoint: a saved `retriever/` folder, or a legacy `block_emb` buffer."""
+    path = str(path)
+    if not os.path.isdir(path):
+        # Hub repos: the hub module knows how to fetch the retriever folder next to the weights.
+        try:
+            from .hub import load_retriever_from_hub
+        except ImportError:
+            return None
+        return load_retriever_from_hub(
+            model,
+            path,
+            **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
+        )
+    retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
+    if os.path.isdir(retriever_dir):
+        return load_retriever_for_model(model, retriever_dir)
+    block_emb = load_legacy_block_emb(path)
+    if block_emb is None:
+        # No corpus in the directory: the config may name one (a dataset repo or a local folder).
+        from .hub import load_referenced_retriever
+
+        return load_referenced_retriever(
+            model, **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")}
+        )
+    if os.path.exists(os.path.join(path, LEGACY_BLOCK_RECORDS)) and pickle_allowed(allow_pickle):
+        from transformers import AutoTokenizer
+
+        from .retrieval_realm import RealmRetriever
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return RealmRetriever.from_legacy(path, tokenizer=tokenizer, block_emb=block_emb, allow_pickle=True)
+    # Keep the embeddings reachable (memory-mapped, not a model buffer) so a converter or retriever can use them.
+    model.legacy_block_emb = block_emb
+    logger.warning(
+        "Legacy REALM checkpoint: its %d block embeddings are available as `model.legacy_block_emb`, but its block "
+        "texts are in a pickled block_records.npy, which is not loaded by default. Convert once with "
+        "`realm-hf convert %s <output_dir>`, or pass `allow_pickle=True` if you trust the file.",
+        block_emb.shape[0],
+        path,
+    )
+    return None

@@ -1,0 +1,15 @@
+"""Load the retriever saved with a REALM model, checked against the embedder that fills its index."""
+
+from __future__ import annotations
+
+
+def load_retriever_for_model(model, path: str):
+    """Load a saved retriever for `model`, checking it against the embedder that fills its index."""
+    from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
+
+    # The fingerprint (stale-index warning) only means something against the document embedder: the model's own
+    # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
+    document_embedder = getattr(model, "document_embedder", None)
+    if document_embedder is not None:
+        return RealmRetriever.from_pretrained(path, embedder=document_embedder)
+    return RealmRetriever.from_pretrained(path, expected_dim=model.config.retriever_proj_size)
