@@ -1,4 +1,4 @@
-"""REALM's knowledge corpus split by job: chunking, block encoding, corpus, FAISS index, serialization, legacy."""
+"""REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization, legacy."""
 
 import importlib
 

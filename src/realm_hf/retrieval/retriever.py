@@ -2,82 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import datasets
 import faiss
 import numpy as np
 import torch
-from transformers.utils import ModelOutput
 
-from .chunking import split_documents
-from .corpus import BlockCorpus, _make_corpus, as_id_array
-from .encoding import _embedder_dim, embed_blocks, fingerprint_module
-from .index import BlockIndex, build_index, is_exact, normalize_search_params, supports_remove
+from . import building, mutation, searching
+from .building import RealmIndexState
+from .corpus import BlockCorpus
+from .encoding import fingerprint_module
+from .index import BlockIndex
 from .legacy import legacy_reader_call, read_legacy_blocks
-from .serialization import (
-    _REBUILD_HINT,
-    _resolve_pretrained_path,
-    _try_load_tokenizer,
-    build_manifest,
-    load_retriever_parts,
-    save_retriever,
-)
-
-logger = logging.getLogger(__name__)
-
-
-def _split_and_embed(documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, **embed_kwargs):
-    """Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`."""
-    columns = split_documents(documents, tokenizer, max_block_length, first_doc_id=first_doc_id)
-    if not columns["text"]:
-        raise ValueError(empty_message)
-    embeddings = embed_blocks(
-        embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
-    )
-    return columns, embeddings.numpy()
-
-
-@dataclass
-class RealmSearchOutput(ModelOutput):
-    """
-    Output of [`RealmRetriever.search`].
-
-    Args:
-        block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
-            Corpus ids of the retrieved blocks, best first. `-1` where an approximate index found fewer than `k`
-            blocks (raise `nprobe`/`efSearch`).
-        scores (`torch.FloatTensor` of shape `(batch_size, k)`):
-            Inner products question · block, descending (`-inf` for missing results). For compressed indexes
-            (PQ, SQ) the candidates are re-scored with the stored float32 block embeddings, so the scores are
-            always exact inner products, the numbers the model's own einsum reproduces.
-        blocks (`list[list[dict]]`):
-            For each question, the `k` blocks as dicts with `block_id`, `title`, `text`, `score` and the corpus's
-            metadata columns (e.g. `doc_id`).
-    """
-
-    block_ids: torch.LongTensor | None = None
-    scores: torch.FloatTensor | None = None
-    blocks: list[list[dict]] | None = None
-
-
-@dataclass
-class RealmIndexState:
-    """
-    Corpus embeddings and index built off the live retriever ([`RealmRetriever.build_index_state`]), installed
-    atomically with [`RealmRetriever.swap_index_state`] (how the re-index callback refreshes during training).
-    """
-
-    block_ids: np.ndarray
-    corpus: datasets.Dataset
-    index: faiss.Index
-    index_type: str
-    embedder_fingerprint: str | None = None
+from .searching import RealmSearchOutput
+from .serialization import _REBUILD_HINT, build_manifest, save_retriever
 
 
 class RealmRetriever:
@@ -255,62 +196,7 @@ class RealmRetriever:
         Returns:
             [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`) and `blocks`.
         """
-        if isinstance(question_embeddings, torch.Tensor):
-            question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
-        queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
-        if queries.ndim == 1:
-            queries = queries[None]
-        if queries.ndim != 2:
-            raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
-        if queries.shape[1] != self.embedding_dim:
-            raise ValueError(
-                f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
-                f"of projection size {self.embedding_dim} (retriever_proj_size={self.embedding_dim}). Use the "
-                "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
-            )
-        k = int(k)
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}.")
-        if k > self.num_blocks:
-            raise ValueError(
-                f"k={k} is larger than the number of blocks in the corpus ({self.num_blocks}): ask for at most "
-                f"{self.num_blocks}."
-            )
-        params = normalize_search_params(search_params)
-        # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups.
-        with self._lock:
-            exact = is_exact(self.index)
-            fetch = k if exact else min(self.num_blocks, k * max(1, int(rerank_factor)))
-            scores, ids = self._index.search(queries, fetch, params)
-            return self._finish_search(queries, scores, ids, k, exact, return_blocks)
-
-    def _finish_search(self, queries, scores, ids, k, exact, return_blocks) -> RealmSearchOutput:
-        ids = ids.astype(np.int64, copy=False)
-        if not exact:
-            # Compressed codes give approximate scores: re-score with the stored float32 vectors.
-            scores = np.einsum("bd,bkd->bk", queries, self._corpus.embeddings(ids, self.embedding_dim))
-            scores[ids < 0] = -np.inf
-            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-            ids = np.take_along_axis(ids, order, axis=1)
-            scores = np.take_along_axis(scores, order, axis=1)
-        missing = ids < 0
-        if missing.any():
-            scores = np.where(missing, -np.inf, scores)
-            logger.warning(
-                "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. "
-                "Raise `nprobe` (IVF) or `efSearch` (HNSW).",
-                self.index_type,
-                k,
-                int(missing.any(axis=1).sum()),
-            )
-        scores = np.ascontiguousarray(scores, dtype=np.float32)
-        blocks = None
-        if return_blocks:
-            blocks = self._corpus.blocks(ids)
-            for row_blocks, row_scores in zip(blocks, scores.tolist()):
-                for block, score in zip(row_blocks, row_scores):
-                    block["score"] = score
-        return RealmSearchOutput(block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks)
+        return searching.search(self, question_embeddings, k, return_blocks, rerank_factor, search_params)
 
     def __call__(self, retrieved_block_ids, question_input_ids, answer_ids, max_length=None, return_tensors="pt"):
         """
@@ -369,28 +255,19 @@ class RealmRetriever:
             use_gpu (`bool`, defaults to `False`): Put the index on GPU (needs faiss-gpu: `pip install realm-hf[gpu]`;
                 falls back to CPU with a warning).
         """
-        columns, embeddings = _split_and_embed(
+        return building.from_documents(
+            cls,
             documents,
             embedder,
             tokenizer,
             max_block_length,
-            0,
-            "No blocks to index: the documents are empty (no document has any text).",
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            show_progress=show_progress,
-        )
-        columns = {"block_id": np.arange(len(columns["text"]), dtype=np.int64), **columns}
-        return cls._build(
-            columns,
-            embeddings,
-            tokenizer=tokenizer,
-            index=index,
-            max_block_length=max_block_length,
-            embedder_fingerprint=fingerprint_module(embedder),
-            train_size=train_size,
-            use_gpu=use_gpu,
+            index,
+            batch_size,
+            device,
+            dtype,
+            show_progress,
+            train_size,
+            use_gpu,
         )
 
     @classmethod
@@ -398,13 +275,7 @@ class RealmRetriever:
         cls, texts: Iterable[str], embedder, tokenizer, titles: Iterable[str] | None = None, **kwargs
     ) -> RealmRetriever:
         """[`~RealmRetriever.from_documents`] for plain texts (and optional titles)."""
-        texts = list(texts)
-        titles = [""] * len(texts) if titles is None else list(titles)
-        if len(titles) != len(texts):
-            raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
-        return cls.from_documents(
-            [{"title": t, "text": x} for t, x in zip(titles, texts)], embedder, tokenizer, **kwargs
-        )
+        return building.from_texts(cls, texts, embedder, tokenizer, titles, **kwargs)
 
     @classmethod
     def from_embeddings(
@@ -432,54 +303,19 @@ class RealmRetriever:
             block_ids (*optional*): Block ids (default `0..num_blocks-1`).
             metadata (`Mapping[str, Sequence]`, *optional*): Extra columns (e.g. `doc_id`).
         """
-        if isinstance(embeddings, torch.Tensor):
-            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
-        embeddings = np.asarray(embeddings, dtype=np.float32)
-        texts = list(texts)
-        if embeddings.ndim != 2 or len(embeddings) != len(texts):
-            raise ValueError(f"Got embeddings of shape {embeddings.shape} for {len(texts)} texts.")
-        if not texts:
-            raise ValueError("No blocks: the corpus is empty.")
-        titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
-        block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else as_id_array(block_ids)
-        columns = {"block_id": block_ids, "title": titles, "text": texts}
-        for name, values in (metadata or {}).items():
-            if len(values) != len(texts):
-                raise ValueError(f"Metadata column {name!r} has {len(values)} values for {len(texts)} blocks.")
-            columns[name] = list(values)
-        return cls._build(
-            columns,
+        return building.from_embeddings(
+            cls,
             embeddings,
-            tokenizer=tokenizer,
-            index=index,
-            embedder_fingerprint=embedder_fingerprint,
-            train_size=train_size,
-            use_gpu=use_gpu,
+            texts,
+            titles,
+            tokenizer,
+            index,
+            block_ids,
+            metadata,
+            embedder_fingerprint,
+            train_size,
+            use_gpu,
         )
-
-    @classmethod
-    def _build(
-        cls,
-        columns,
-        embeddings: np.ndarray,
-        tokenizer=None,
-        index: str = "Flat",
-        max_block_length: int | None = None,
-        embedder_fingerprint: str | None = None,
-        train_size: int | None = None,
-        use_gpu: bool = False,
-    ) -> RealmRetriever:
-        block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
-        retriever = cls(
-            _make_corpus(columns, embeddings),
-            block_index,
-            tokenizer=tokenizer,
-            max_block_length=max_block_length,
-            embedder_fingerprint=embedder_fingerprint,
-        )
-        if use_gpu:
-            retriever.to_gpu()
-        return retriever
 
     def embed_corpus(
         self,
@@ -513,40 +349,9 @@ class RealmRetriever:
         Returns:
             `torch.FloatTensor` of shape `(end - start, dim)`: the new embeddings of those rows, in row order.
         """
-        if self.tokenizer is None:
-            raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer` before re-embedding.")
-        if update_index is None:
-            update_index = start is None and end is None
-        start = 0 if start is None else int(start)
-        end = self.num_blocks if end is None else int(end)
-        if not 0 <= start <= end <= self.num_blocks:
-            raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {self.num_blocks} blocks.")
-        if update_index and (start, end) != (0, self.num_blocks):
-            raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
-        parts = []
-
-        for chunk_start in range(start, end, chunk_size):
-            rows = self._corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
-            parts.append(
-                embed_blocks(
-                    embedder,
-                    self.tokenizer,
-                    rows["title"],
-                    rows["text"],
-                    batch_size=batch_size,
-                    device=device,
-                    dtype=dtype,
-                    show_progress=show_progress,
-                    max_length=self.max_block_length,
-                )
-            )
-        embeddings = torch.cat(parts) if parts else torch.empty(0, self.embedding_dim)
-        if update_index:
-            state = self.build_index_state(
-                embeddings, embedder_fingerprint=fingerprint_module(embedder), train_size=train_size
-            )
-            self.swap_index_state(state)
-        return embeddings
+        return building.embed_corpus(
+            self, embedder, batch_size, device, dtype, show_progress, start, end, update_index, chunk_size, train_size
+        )
 
     def build_index_state(
         self, embeddings, embedder_fingerprint: str | None = None, train_size: int | None = None
@@ -557,52 +362,18 @@ class RealmRetriever:
         background thread while the retriever keeps serving searches; install the result with
         [`~RealmRetriever.swap_index_state`].
         """
-        if isinstance(embeddings, torch.Tensor):
-            embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
-        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
-        with self._lock:
-            corpus, index_type = self._corpus, self.index_type
-        if embeddings.ndim != 2 or len(embeddings) != len(corpus):
-            raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(corpus)} blocks.")
-        if embeddings.shape[1] != self.embedding_dim:
-            logger.warning(
-                "The new embeddings have %d dimensions (the corpus had %d): the index is rebuilt for the new size.",
-                embeddings.shape[1],
-                self.embedding_dim,
-            )
-        new_index = BlockIndex.from_matrix(index_type, embeddings, corpus.row_ids, train_size)
-        return RealmIndexState(
-            block_ids=corpus.row_ids,
-            corpus=corpus.with_embeddings(embeddings),
-            index=new_index.index,
-            index_type=new_index.index_type,
-            embedder_fingerprint=embedder_fingerprint,
-        )
+        return building.build_index_state(self, embeddings, embedder_fingerprint, train_size)
 
     def export_index_state(self) -> RealmIndexState:
         """The current corpus embeddings and index as a [`RealmIndexState`] (e.g. to restore into another retriever)."""
-        with self._lock:
-            return RealmIndexState(
-                block_ids=self._corpus.row_ids,
-                corpus=self.corpus,
-                index=self._index.owned_cpu_index(copy=True),
-                index_type=self.index_type,
-                embedder_fingerprint=self.embedder_fingerprint,
-            )
+        return building.export_index_state(self)
 
     def swap_index_state(self, state: RealmIndexState) -> None:
         """
         Atomically install a [`RealmIndexState`] (new embeddings + index): searches see either the old or the new
         index, never a mix. Refused if the corpus's blocks changed since the state was built.
         """
-        with self._lock:
-            if not np.array_equal(state.block_ids, self._corpus.row_ids):
-                raise ValueError(
-                    "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
-                )
-            self._corpus = BlockCorpus(state.corpus)
-            self._index = self._index.replaced_by(state.index, state.index_type)
-            self.embedder_fingerprint = state.embedder_fingerprint
+        building.swap_index_state(self, state)
 
     def to_gpu(self, device: int = 0) -> RealmRetriever:
         """
@@ -641,45 +412,7 @@ class RealmRetriever:
         Returns:
             `list[int]`: the new block ids.
         """
-        if self.tokenizer is None:
-            raise ValueError("This retriever has no tokenizer to split documents with: set `retriever.tokenizer`.")
-        fingerprint = fingerprint_module(embedder)
-        if self.embedder_fingerprint is not None and fingerprint != self.embedder_fingerprint:
-            warnings.warn(
-                "Adding documents embedded by a different embedder than the one that built this corpus: their scores "
-                "are not comparable. Re-embed the whole corpus with `retriever.embed_corpus(embedder)`.",
-                stacklevel=2,
-            )
-        max_block_length = self.max_block_length or 288
-        first_doc_id = self._corpus.next_doc_id(fallback=self._next_block_id)
-        columns, embeddings = _split_and_embed(
-            documents,
-            embedder,
-            self.tokenizer,
-            max_block_length,
-            first_doc_id,
-            "No blocks to add: the documents are empty.",
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            show_progress=show_progress,
-        )
-        return self._add_blocks(columns, embeddings)
-
-    def _add_blocks(self, columns: dict, embeddings: np.ndarray) -> list[int]:
-        if embeddings.shape[1] != self.embedding_dim:
-            raise ValueError(
-                f"New embeddings have dimension {embeddings.shape[1]} but the corpus has {self.embedding_dim}."
-            )
-        with self._lock:
-            new_ids = np.arange(self._next_block_id, self._next_block_id + len(embeddings), dtype=np.int64)
-            # Everything that can fail comes before the first change to the live state.
-            corpus = BlockCorpus(self._corpus.appended({"block_id": new_ids, **columns}, embeddings))
-            index = self._index.owned_cpu_index()
-            index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), new_ids)
-            self._corpus, self._index = corpus, self._index.replaced_by(index)
-            self._next_block_id = int(new_ids[-1]) + 1
-        return new_ids.tolist()
+        return mutation.add_documents(self, documents, embedder, batch_size, device, dtype, show_progress)
 
     def remove_documents(self, doc_ids=None, *, block_ids=None) -> list[int]:
         """
@@ -689,42 +422,7 @@ class RealmRetriever:
         Returns:
             `list[int]`: the removed block ids.
         """
-        if doc_ids is None and block_ids is None:
-            raise ValueError("Pass `doc_ids` and/or `block_ids` to remove.")
-        remove = np.zeros(self.num_blocks, dtype=bool)
-        if doc_ids is not None:
-            remove |= self._corpus.doc_mask(doc_ids)
-        if block_ids is not None:
-            rows = self._corpus.rows(as_id_array(block_ids).reshape(-1))
-            remove[rows[rows >= 0]] = True
-        removed = self._corpus.row_ids[remove]
-        if len(removed) == 0:
-            return []
-        if len(removed) == self.num_blocks:
-            raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
-        with self._lock:
-            corpus = BlockCorpus(self.corpus.select(np.flatnonzero(~remove)))
-            if supports_remove(self.index):
-                index = self._index.owned_cpu_index()
-                index.remove_ids(np.ascontiguousarray(removed, dtype=np.int64))
-            else:
-                logger.info("FAISS cannot remove ids from an %s index: rebuilding it without them.", self.index_type)
-                index = self._rebuilt_index(corpus)
-            if index.ntotal != len(corpus):
-                raise RuntimeError(f"Index ({index.ntotal}) and corpus ({len(corpus)}) disagree after removal.")
-            self._corpus, self._index = corpus, self._index.replaced_by(index)
-        return removed.tolist()
-
-    def _rebuilt_index(self, corpus: BlockCorpus, train_size: int | None = None) -> faiss.Index:
-        """A CPU index of this index's type over `corpus`'s stored embeddings (for indexes that cannot remove ids)."""
-        logger.info("Rebuilding the %s index over %d blocks from the stored embeddings.", self.index_type, len(corpus))
-        rng = np.random.default_rng(0)
-
-        def sample(size: int) -> np.ndarray:
-            return corpus.embedding_rows(np.sort(rng.choice(len(corpus), size=size, replace=False)))
-
-        chunks = corpus.iter_embeddings()
-        return build_index(self.index_type, self.embedding_dim, chunks, len(corpus), sample, train_size)
+        return mutation.remove_documents(self, doc_ids, block_ids)
 
     def remove_blocks(self, block_ids) -> list[int]:
         """Remove individual blocks by id (see [`~RealmRetriever.remove_documents`])."""
@@ -742,24 +440,7 @@ class RealmRetriever:
 
     def check_embedder(self, embedder: torch.nn.Module) -> None:
         """Refuse an embedder of another dimension; warn if its weights differ from the corpus's embedder."""
-        dim = _embedder_dim(embedder)
-        if dim is not None and dim != self.embedding_dim:
-            raise ValueError(
-                f"The embedder projects to {dim} dimensions (config.retriever_proj_size) but this corpus was built with "
-                f"an embedder of dimension {self.embedding_dim}. Re-embed the corpus with this embedder "
-                "(`retriever.embed_corpus(embedder)`) or use the matching model."
-            )
-        stale = self.is_stale(embedder)
-        if stale:
-            message = (
-                f"The corpus index is stale: it was embedded by an embedder with fingerprint {self.embedder_fingerprint}, "
-                f"but the given embedder's weights have fingerprint {fingerprint_module(embedder)}. Retrieval still "
-                "works, but scores no longer match what this embedder would produce; re-embed with "
-                "`retriever.embed_corpus(embedder)` and save again."
-            )
-            warnings.warn(message, stacklevel=3)
-        elif stale is None:
-            logger.info("No embedder fingerprint recorded for this corpus: cannot tell whether the index is stale.")
+        building.check_embedder(self, embedder)
 
     # ---------------------------------------------------------------------------------------------------------------
     # Saving and loading
@@ -833,20 +514,20 @@ class RealmRetriever:
             repo_type (`str`, *optional*): `"model"` or `"dataset"`; both are tried when not given.
             cache_dir, token: Passed to `snapshot_download`.
         """
-        path = _resolve_pretrained_path(
-            os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
+        retriever = building.load_pretrained(
+            cls,
+            pretrained_path_or_repo_id,
+            revision,
+            embedder,
+            expected_dim,
+            expected_num_blocks,
+            mmap,
+            subfolder,
+            repo_type,
+            cache_dir,
+            token,
         )
-        if expected_dim is None and embedder is not None:
-            expected_dim = _embedder_dim(embedder)
-        manifest, corpus, index, tokenizer = load_retriever_parts(path, expected_dim, expected_num_blocks, mmap)
-        retriever = cls(
-            corpus,
-            index,
-            tokenizer=tokenizer,
-            max_block_length=manifest.get("max_block_length"),
-            embedder_fingerprint=manifest.get("embedder_fingerprint"),
-            next_block_id=manifest.get("next_block_id"),
-        )
+        # Checked here, so that a stale-index warning names the caller of `from_pretrained`.
         if embedder is not None:
             retriever.check_embedder(embedder)
         if use_gpu:
@@ -887,18 +568,7 @@ class RealmRetriever:
             embedder (*optional*): The checkpoint's embedder, to record its fingerprint in the manifest.
         """
         legacy_dir = os.fspath(legacy_dir)
-        legacy_dir = os.fspath(legacy_dir)
         columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
-        if tokenizer is None:
-            tokenizer = _try_load_tokenizer(legacy_dir)
-        return cls._build(
-            columns,
-            block_emb,
-            tokenizer=tokenizer,
-            index=index,
-            # Unknown for legacy blocks: re-embedding then truncates at the tokenizer's limit, like the legacy model.
-            max_block_length=None,
-            embedder_fingerprint=fingerprint_module(embedder) if embedder is not None else None,
-            train_size=train_size,
-            use_gpu=use_gpu,
+        return building.from_legacy_blocks(
+            cls, legacy_dir, columns, block_emb, tokenizer, index, embedder, train_size, use_gpu
         )

@@ -1,0 +1,351 @@
+"""Building a retriever (from documents, texts, embeddings, a saved folder, legacy blocks) and refreshing its index."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import datasets
+import faiss
+import numpy as np
+import torch
+
+from .chunking import split_documents
+from .corpus import BlockCorpus, _make_corpus, as_id_array
+from .encoding import _embedder_dim, embed_blocks, fingerprint_module
+from .index import BlockIndex
+from .serialization import _resolve_pretrained_path, _try_load_tokenizer, load_retriever_parts
+
+if TYPE_CHECKING:
+    from .retriever import RealmRetriever
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RealmIndexState:
+    """
+    Corpus embeddings and index built off the live retriever ([`RealmRetriever.build_index_state`]), installed
+    atomically with [`RealmRetriever.swap_index_state`] (how the re-index callback refreshes during training).
+    """
+
+    block_ids: np.ndarray
+    corpus: datasets.Dataset
+    index: faiss.Index
+    index_type: str
+    embedder_fingerprint: str | None = None
+
+
+def split_and_embed(documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, **embed_kwargs):
+    """Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`."""
+    columns = split_documents(documents, tokenizer, max_block_length, first_doc_id=first_doc_id)
+    if not columns["text"]:
+        raise ValueError(empty_message)
+    embeddings = embed_blocks(
+        embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
+    )
+    return columns, embeddings.numpy()
+
+
+def build(
+    cls: type[RealmRetriever],
+    columns,
+    embeddings: np.ndarray,
+    tokenizer=None,
+    index: str = "Flat",
+    max_block_length: int | None = None,
+    embedder_fingerprint: str | None = None,
+    train_size: int | None = None,
+    use_gpu: bool = False,
+) -> RealmRetriever:
+    """A `cls` retriever over block `columns` (with `block_id`) and their embeddings, indexed with `index`."""
+    block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
+    retriever = cls(
+        _make_corpus(columns, embeddings),
+        block_index,
+        tokenizer=tokenizer,
+        max_block_length=max_block_length,
+        embedder_fingerprint=embedder_fingerprint,
+    )
+    if use_gpu:
+        retriever.to_gpu()
+    return retriever
+
+
+def from_documents(
+    cls: type[RealmRetriever],
+    documents,
+    embedder: torch.nn.Module,
+    tokenizer,
+    max_block_length: int,
+    index: str,
+    batch_size: int,
+    device: str | torch.device | None,
+    dtype: str | torch.dtype | None,
+    show_progress: bool,
+    train_size: int | None,
+    use_gpu: bool,
+) -> RealmRetriever:
+    """[`RealmRetriever.from_documents`]."""
+    columns, embeddings = split_and_embed(
+        documents,
+        embedder,
+        tokenizer,
+        max_block_length,
+        0,
+        "No blocks to index: the documents are empty (no document has any text).",
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        show_progress=show_progress,
+    )
+    columns = {"block_id": np.arange(len(columns["text"]), dtype=np.int64), **columns}
+    return build(
+        cls,
+        columns,
+        embeddings,
+        tokenizer=tokenizer,
+        index=index,
+        max_block_length=max_block_length,
+        embedder_fingerprint=fingerprint_module(embedder),
+        train_size=train_size,
+        use_gpu=use_gpu,
+    )
+
+
+def from_texts(
+    cls: type[RealmRetriever], texts: Iterable[str], embedder, tokenizer, titles: Iterable[str] | None, **kwargs
+) -> RealmRetriever:
+    """[`RealmRetriever.from_texts`]."""
+    texts = list(texts)
+    titles = [""] * len(texts) if titles is None else list(titles)
+    if len(titles) != len(texts):
+        raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
+    return cls.from_documents([{"title": t, "text": x} for t, x in zip(titles, texts)], embedder, tokenizer, **kwargs)
+
+
+def from_embeddings(
+    cls: type[RealmRetriever],
+    embeddings,
+    texts: Sequence[str],
+    titles: Sequence[str] | None,
+    tokenizer,
+    index: str,
+    block_ids,
+    metadata: Mapping[str, Sequence] | None,
+    embedder_fingerprint: str | None,
+    train_size: int | None,
+    use_gpu: bool,
+) -> RealmRetriever:
+    """[`RealmRetriever.from_embeddings`]."""
+    if isinstance(embeddings, torch.Tensor):
+        embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+    embeddings = np.asarray(embeddings, dtype=np.float32)
+    texts = list(texts)
+    if embeddings.ndim != 2 or len(embeddings) != len(texts):
+        raise ValueError(f"Got embeddings of shape {embeddings.shape} for {len(texts)} texts.")
+    if not texts:
+        raise ValueError("No blocks: the corpus is empty.")
+    titles = [""] * len(texts) if titles is None else [t or "" for t in titles]
+    block_ids = np.arange(len(texts), dtype=np.int64) if block_ids is None else as_id_array(block_ids)
+    columns = {"block_id": block_ids, "title": titles, "text": texts}
+    for name, values in (metadata or {}).items():
+        if len(values) != len(texts):
+            raise ValueError(f"Metadata column {name!r} has {len(values)} values for {len(texts)} blocks.")
+        columns[name] = list(values)
+    return build(
+        cls,
+        columns,
+        embeddings,
+        tokenizer=tokenizer,
+        index=index,
+        embedder_fingerprint=embedder_fingerprint,
+        train_size=train_size,
+        use_gpu=use_gpu,
+    )
+
+
+def load_pretrained(
+    cls: type[RealmRetriever],
+    pretrained_path_or_repo_id: str | os.PathLike,
+    revision: str | None,
+    embedder: torch.nn.Module | None,
+    expected_dim: int | None,
+    expected_num_blocks: int | None,
+    mmap: bool,
+    subfolder: str | None,
+    repo_type: str | None,
+    cache_dir: str | None,
+    token: str | bool | None,
+) -> RealmRetriever:
+    """[`RealmRetriever.from_pretrained`] up to the embedder check and the move to GPU (which the caller does)."""
+    path = _resolve_pretrained_path(
+        os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
+    )
+    if expected_dim is None and embedder is not None:
+        expected_dim = _embedder_dim(embedder)
+    manifest, corpus, index, tokenizer = load_retriever_parts(path, expected_dim, expected_num_blocks, mmap)
+    return cls(
+        corpus,
+        index,
+        tokenizer=tokenizer,
+        max_block_length=manifest.get("max_block_length"),
+        embedder_fingerprint=manifest.get("embedder_fingerprint"),
+        next_block_id=manifest.get("next_block_id"),
+    )
+
+
+def from_legacy_blocks(
+    cls: type[RealmRetriever],
+    legacy_dir: str,
+    columns,
+    block_emb,
+    tokenizer,
+    index: str,
+    embedder: torch.nn.Module | None,
+    train_size: int | None,
+    use_gpu: bool,
+) -> RealmRetriever:
+    """[`RealmRetriever.from_legacy`] once the legacy blocks are read (`legacy.read_legacy_blocks`)."""
+    if tokenizer is None:
+        tokenizer = _try_load_tokenizer(legacy_dir)
+    return build(
+        cls,
+        columns,
+        block_emb,
+        tokenizer=tokenizer,
+        index=index,
+        # Unknown for legacy blocks: re-embedding then truncates at the tokenizer's limit, like the legacy model.
+        max_block_length=None,
+        embedder_fingerprint=fingerprint_module(embedder) if embedder is not None else None,
+        train_size=train_size,
+        use_gpu=use_gpu,
+    )
+
+
+def embed_corpus(
+    retriever: RealmRetriever,
+    embedder: torch.nn.Module,
+    batch_size: int,
+    device: str | torch.device | None,
+    dtype: str | torch.dtype | None,
+    show_progress: bool,
+    start: int | None,
+    end: int | None,
+    update_index: bool | None,
+    chunk_size: int,
+    train_size: int | None,
+) -> torch.FloatTensor:
+    """[`RealmRetriever.embed_corpus`]."""
+    if retriever.tokenizer is None:
+        raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer` before re-embedding.")
+    if update_index is None:
+        update_index = start is None and end is None
+    start = 0 if start is None else int(start)
+    end = retriever.num_blocks if end is None else int(end)
+    if not 0 <= start <= end <= retriever.num_blocks:
+        raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {retriever.num_blocks} blocks.")
+    if update_index and (start, end) != (0, retriever.num_blocks):
+        raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
+    parts = []
+
+    for chunk_start in range(start, end, chunk_size):
+        rows = retriever._corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
+        parts.append(
+            embed_blocks(
+                embedder,
+                retriever.tokenizer,
+                rows["title"],
+                rows["text"],
+                batch_size=batch_size,
+                device=device,
+                dtype=dtype,
+                show_progress=show_progress,
+                max_length=retriever.max_block_length,
+            )
+        )
+    embeddings = torch.cat(parts) if parts else torch.empty(0, retriever.embedding_dim)
+    if update_index:
+        state = retriever.build_index_state(
+            embeddings, embedder_fingerprint=fingerprint_module(embedder), train_size=train_size
+        )
+        retriever.swap_index_state(state)
+    return embeddings
+
+
+def build_index_state(
+    retriever: RealmRetriever, embeddings, embedder_fingerprint: str | None, train_size: int | None
+) -> RealmIndexState:
+    """[`RealmRetriever.build_index_state`]: only the snapshot of the live corpus is taken under the lock."""
+    if isinstance(embeddings, torch.Tensor):
+        embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    with retriever._lock:
+        corpus, index_type = retriever._corpus, retriever.index_type
+    if embeddings.ndim != 2 or len(embeddings) != len(corpus):
+        raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(corpus)} blocks.")
+    if embeddings.shape[1] != retriever.embedding_dim:
+        logger.warning(
+            "The new embeddings have %d dimensions (the corpus had %d): the index is rebuilt for the new size.",
+            embeddings.shape[1],
+            retriever.embedding_dim,
+        )
+    new_index = BlockIndex.from_matrix(index_type, embeddings, corpus.row_ids, train_size)
+    return RealmIndexState(
+        block_ids=corpus.row_ids,
+        corpus=corpus.with_embeddings(embeddings),
+        index=new_index.index,
+        index_type=new_index.index_type,
+        embedder_fingerprint=embedder_fingerprint,
+    )
+
+
+def export_index_state(retriever: RealmRetriever) -> RealmIndexState:
+    """[`RealmRetriever.export_index_state`], under the retriever's lock."""
+    with retriever._lock:
+        return RealmIndexState(
+            block_ids=retriever._corpus.row_ids,
+            corpus=retriever.corpus,
+            index=retriever._index.owned_cpu_index(copy=True),
+            index_type=retriever.index_type,
+            embedder_fingerprint=retriever.embedder_fingerprint,
+        )
+
+
+def swap_index_state(retriever: RealmRetriever, state: RealmIndexState) -> None:
+    """[`RealmRetriever.swap_index_state`]: check and install under the retriever's lock."""
+    with retriever._lock:
+        if not np.array_equal(state.block_ids, retriever._corpus.row_ids):
+            raise ValueError(
+                "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
+            )
+        retriever._corpus = BlockCorpus(state.corpus)
+        retriever._index = retriever._index.replaced_by(state.index, state.index_type)
+        retriever.embedder_fingerprint = state.embedder_fingerprint
+
+
+def check_embedder(retriever: RealmRetriever, embedder: torch.nn.Module) -> None:
+    """[`RealmRetriever.check_embedder`]."""
+    dim = _embedder_dim(embedder)
+    if dim is not None and dim != retriever.embedding_dim:
+        raise ValueError(
+            f"The embedder projects to {dim} dimensions (config.retriever_proj_size) but this corpus was built with "
+            f"an embedder of dimension {retriever.embedding_dim}. Re-embed the corpus with this embedder "
+            "(`retriever.embed_corpus(embedder)`) or use the matching model."
+        )
+    stale = retriever.is_stale(embedder)
+    if stale:
+        message = (
+            f"The corpus index is stale: it was embedded by an embedder with fingerprint {retriever.embedder_fingerprint}, "
+            f"but the given embedder's weights have fingerprint {fingerprint_module(embedder)}. Retrieval still "
+            "works, but scores no longer match what this embedder would produce; re-embed with "
+            "`retriever.embed_corpus(embedder)` and save again."
+        )
+        # Past this function and the method: the frame the method's own warning named.
+        warnings.warn(message, stacklevel=4)
+    elif stale is None:
+        logger.info("No embedder fingerprint recorded for this corpus: cannot tell whether the index is stale.")
