@@ -86,7 +86,9 @@ def parse_args(argv=None):
     parser.add_argument("--qa-steps", type=int, default=250)
     parser.add_argument("--qa-batch-size", type=int, default=8)
     parser.add_argument("--reader-lr", type=float, default=2e-4)
-    parser.add_argument("--embedder-lr-ratio", type=float, default=0.25, help="Embedders' LR relative to the reader's.")
+    parser.add_argument(
+        "--embedder-lr-ratio", type=float, default=0.25, help="Embedders' LR relative to the reader's."
+    )
     parser.add_argument("--searcher-beam", type=int, default=64)
     parser.add_argument("--reader-beam", type=int, default=3)
     parser.add_argument("--refresh-steps", type=int, default=50)

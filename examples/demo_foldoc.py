@@ -50,7 +50,9 @@ def parse_args(argv=None):
     parser.add_argument("--train-steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--embedder-lr-ratio", type=float, default=0.25, help="Embedders' LR relative to the reader's.")
+    parser.add_argument(
+        "--embedder-lr-ratio", type=float, default=0.25, help="Embedders' LR relative to the reader's."
+    )
     parser.add_argument(
         "--document-embedder",
         choices=("frozen", "trained"),
