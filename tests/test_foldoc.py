@@ -294,6 +294,15 @@ def test_cross_document_task_options_and_masked_sentences(entries):
     assert filled(asked) not in " ".join(d["text"] for d in task["documents"])
 
 
+def test_cross_document_task_refuses_bad_sizes(entries):
+    # A negative count would silently drop questions from the end of the draw; a zero budget would empty the corpus.
+    with pytest.raises(ValueError, match="num_questions"):
+        make_cross_document_task(entries, num_questions=-1)
+    with pytest.raises(ValueError, match="max_entry_chars"):
+        make_cross_document_task(entries, max_entry_chars=0)
+    assert make_cross_document_task(entries, num_questions=0)["questions"] == []
+
+
 def test_truncate_entry(entries):
     entry = by_title(entries, "capacitor")
     cut = truncate_entry(entry, 110)

@@ -647,6 +647,10 @@ def make_cross_document_task(
         `answer_target` (B), in entry order) and `masked_sentences` (`list[dict]`: `text`, `salient_spans`
         (`[[start, end]]` of the cross-reference), `source_title`, `answer_target`).
     """
+    if num_questions is not None and num_questions < 0:
+        raise ValueError(f"`num_questions` must be None (one per entry) or >= 0, got {num_questions}.")
+    if max_entry_chars is not None and max_entry_chars <= 0:
+        raise ValueError(f"`max_entry_chars` must be None (whole entries) or > 0, got {max_entry_chars}.")
     cut = [truncate_entry(entry, max_entry_chars) for entry in entries]
     pairs = make_link_questions(
         cut,
