@@ -35,13 +35,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 PACKAGE = "realm_hf"
 
 # Cycles being removed by the other parts of the "One core, no seams" issue; each edge closes one.
-KNOWN_CYCLE_EDGES = {
-    # retrieval/legacy.py <-> retrieval/retriever.py: `convert_legacy_checkpoint` builds a RealmRetriever (a
-    # function-level import) and `RealmRetriever.from_legacy` reads legacy files. Moving the converter next to the
-    # retriever's builders (retrieval/building.py) removes it.
-    ("realm_hf.retrieval.legacy", "realm_hf.retrieval.retriever"),
-    ("realm_hf.retrieval.retriever", "realm_hf.retrieval.legacy"),
-}
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, str]:
@@ -192,7 +186,7 @@ def test_known_cycles_are_exactly_the_allow_list():
     """The listed edges close the cycles that exist today, and nothing else: a new cycle through them fails too."""
     edges, _ = _graph()
     cycles = _cycles(edges)
-    assert sorted(cycles) == [["realm_hf.retrieval.legacy", "realm_hf.retrieval.retriever"]], cycles
+    assert sorted(cycles) == [], cycles
 
 
 def test_no_module_level_import_of_an_ancestor_package():

@@ -1,4 +1,4 @@
-"""The output dataclasses of the REALM models (the legacy port's names and fields, plus batched Open-QA outputs)."""
+"""The output dataclasses of the REALM models (the legacy port's names and fields, plus batched Open-QA and pre-training outputs)."""
 
 from __future__ import annotations
 
@@ -142,3 +142,43 @@ class RealmForOpenQAOutput(ModelOutput):
     retrieved_blocks: list[list[dict]] | None = None
     reader_input_ids: torch.LongTensor | None = None
     reader_offset_mapping: torch.LongTensor | None = None
+
+
+@dataclass
+class RealmForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`RealmForPreTraining`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The marginal masked-LM loss: minus the mean over masked tokens of
+            log sum_z p(z|x) p(y_j|z,x), over the candidates z (null document included).
+        logits (`torch.FloatTensor` of shape `(batch_size, num_candidates, joint_length, vocab_size)`, *optional*):
+            Masked-LM logits of each (input, candidate) pair; returned with `return_logits=True` only (large).
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Retrieval logits (query · document, re-scored with the current document embedder); 0 for the null
+            document (candidate 0), a very large negative number for padding candidates.
+        retrieval_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            log p(z|x): `log_softmax` of `relevance_score`.
+        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, num_candidates)`):
+            Corpus id of each candidate: -1 for the null document, -2 for padding (corpus too small).
+        candidate_mlm_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Mean over the input's masked tokens of log p(y_j|z,x) for each candidate (no gradient).
+        retrieval_utility (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            The paper's retrieval utility, log p(y|z,x) - log p(y|null,x), per token (no gradient); 0 for candidate 0.
+        marginal_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            argmax over the vocabulary of sum_z p(z|x) p(y|z,x) at each masked position of the input (positions as in
+            the given `input_ids`), -100 elsewhere. Returned in eval mode or with `return_predictions=True`.
+        null_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            The same with the null document alone, i.e. p(y|null,x): what the encoder predicts without retrieval.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    relevance_score: torch.FloatTensor | None = None
+    retrieval_log_probs: torch.FloatTensor | None = None
+    retrieved_block_ids: torch.LongTensor | None = None
+    candidate_mlm_log_probs: torch.FloatTensor | None = None
+    retrieval_utility: torch.FloatTensor | None = None
+    marginal_predictions: torch.LongTensor | None = None
+    null_predictions: torch.LongTensor | None = None

@@ -2,201 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from dataclasses import dataclass
 
 import torch
-from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
 from .constants import RETRIEVER_SUBFOLDER
-from .modeling_realm import (
-    RealmEmbedder,
-    RealmKnowledgeAugEncoder,
-    RealmPreTrainedModel,
-    RealmQueryEmbedderMixin,
-    RealmScorer,
-    check_retriever_dim,
-    realm_marginal_mlm_loss,
-)
-from .retrieval.encoding import tokenize_blocks
+from .modeling_base import RealmPreTrainedModel
+from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
+from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
+from .modeling_openqa import check_retriever_dim
+from .modeling_outputs import RealmForPreTrainingOutput
+from .pretraining_components import build_from_component_checkpoints, export_component_checkpoints
+from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 
 logger = logging.getLogger(__name__)
-
-# Block ids in `retrieved_block_ids` that are not corpus blocks.
-NULL_BLOCK_ID = -1
-PADDING_BLOCK_ID = -2
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Id-level joining of (masked input, block) pairs
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _row_list(values) -> list[list[int]]:
-    if values is None:
-        return None
-    if isinstance(values, torch.Tensor):
-        return values.tolist()
-    return [list(v) for v in values]
-
-
-def join_inputs_and_blocks(
-    input_ids: torch.LongTensor,
-    block_token_ids: list[list[list[int]]],
-    sep_token_id: int,
-    pad_token_id: int = 0,
-    max_length: int = 512,
-    attention_mask: torch.Tensor | None = None,
-    labels: torch.LongTensor | None = None,
-    mlm_mask: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
-    r"""
-    Join each masked input with each of its candidate blocks at the wordpiece-id level, without a tokenizer:
-    `[CLS] x [SEP] z [SEP]`, where `[CLS] x [SEP]` is the input exactly as the collator produced it and `z` the
-    block's wordpieces (e.g. `title [SEP] text`), truncated so that the pair fits in `max_length`.
-
-    Because `x` comes first, every masked position keeps the same index in every candidate, so one `labels` row serves
-    all candidates (as [`RealmKnowledgeAugEncoder`] expects).
-
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, input_length)`):
-            The (masked) inputs, with their special tokens (`[CLS] x [SEP]`).
-        block_token_ids (`list[list[list[int]]]`):
-            For each input, the wordpiece ids of each candidate (no `[CLS]`, no final `[SEP]`); an empty list is the
-            null document (`[CLS] x [SEP] [SEP]`).
-        sep_token_id (`int`): Id of `[SEP]`, appended after each block.
-        pad_token_id (`int`, *optional*, defaults to 0): Padding id.
-        max_length (`int`, *optional*, defaults to 512): Longest joint sequence.
-        attention_mask (`torch.Tensor` of shape `(batch_size, input_length)`, *optional*):
-            Which input positions are real tokens (left or right padding both work); all of them if omitted.
-        labels (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
-            Masked-LM targets, -100 where there is nothing to predict.
-        mlm_mask (`torch.Tensor` of shape `(batch_size, input_length)`, *optional*):
-            Positions that count in the loss (defaults to `labels != -100`).
-
-    Returns:
-        `dict` with `input_ids`, `attention_mask`, `token_type_ids` of shape `(batch_size, num_candidates, length)`,
-        where `length` is the longest joint sequence of the batch, `labels` and `mlm_mask` of shape
-        `(batch_size, length)`, and `input_positions` (`list[list[int]]`: for each input, the positions of its tokens
-        in the original `input_ids`, in joint order), for mapping predictions back.
-    """
-    batch_size = input_ids.shape[0]
-    if len(block_token_ids) != batch_size:
-        raise ValueError(f"Got blocks for {len(block_token_ids)} inputs but {batch_size} inputs.")
-    num_candidates = len(block_token_ids[0])
-    if any(len(blocks) != num_candidates for blocks in block_token_ids):
-        raise ValueError("Every input needs the same number of candidate blocks.")
-    keep = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
-
-    rows, types, joint_labels, joint_mlm, positions = [], [], [], [], []
-    for b in range(batch_size):
-        where = keep[b].nonzero().squeeze(-1)
-        x = input_ids[b, where].tolist()
-        if len(x) + 1 > max_length:
-            raise ValueError(
-                f"Input {b} has {len(x)} wordpieces: no room for a block within max_length={max_length}. Shorten the "
-                "inputs or raise the joint length."
-            )
-        positions.append(where.tolist())
-        if labels is not None:
-            example_labels = labels[b, where]
-            counted = example_labels != -100
-            if mlm_mask is not None:
-                counted = counted & mlm_mask[b, where].bool()
-            joint_labels.append(example_labels.tolist())
-            joint_mlm.append(counted.long().tolist())
-        room = max_length - len(x) - 1
-        for block in block_token_ids[b]:
-            z = list(block[:room])
-            rows.append(x + z + [sep_token_id])
-            types.append([0] * len(x) + [1] * (len(z) + 1))
-
-    length = max(len(row) for row in rows)
-    ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    token_types = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, (row, row_types) in enumerate(zip(rows, types)):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-        token_types[i, : len(row)] = torch.tensor(row_types, dtype=torch.long)
-    device = input_ids.device
-    out = {
-        "input_ids": ids.view(batch_size, num_candidates, length).to(device),
-        "attention_mask": mask.view(batch_size, num_candidates, length).to(device),
-        "token_type_ids": token_types.view(batch_size, num_candidates, length).to(device),
-        "input_positions": positions,
-    }
-    if labels is not None:
-        out_labels = torch.full((batch_size, length), -100, dtype=torch.long)
-        out_mlm = torch.zeros((batch_size, length), dtype=torch.long)
-        for b in range(batch_size):
-            out_labels[b, : len(joint_labels[b])] = torch.tensor(joint_labels[b], dtype=torch.long)
-            out_mlm[b, : len(joint_mlm[b])] = torch.tensor(joint_mlm[b], dtype=torch.long)
-        out["labels"] = out_labels.to(device)
-        out["mlm_mask"] = out_mlm.to(device)
-    return out
-
-
-def encode_blocks(tokenizer, titles: list[str | None], texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
-    r"""
-    Tokenize blocks exactly as the retriever embeds them ([`~realm_hf.retrieval_realm.embed_blocks`]):
-    `tokenizer(title, text, truncation=True, max_length=max_length)`, i.e. `[CLS] title [SEP] text [SEP]` (an empty
-    title gives `[CLS] [SEP] text [SEP]`). Re-scoring must see the same inputs as indexing, or the fresh scores and
-    the index disagree for reasons other than training.
-
-    Returns:
-        `dict` with `input_ids`, `attention_mask`, `token_type_ids` of shape `(num_blocks, longest)`.
-    """
-    encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length, padding=True, return_tensors="pt")
-    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RealmForPreTrainingOutput(ModelOutput):
-    r"""
-    Outputs of [`RealmForPreTraining`].
-
-    Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*):
-            The marginal masked-LM loss: minus the mean over masked tokens of
-            log sum_z p(z|x) p(y_j|z,x), over the candidates z (null document included).
-        logits (`torch.FloatTensor` of shape `(batch_size, num_candidates, joint_length, vocab_size)`, *optional*):
-            Masked-LM logits of each (input, candidate) pair; returned with `return_logits=True` only (large).
-        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
-            Retrieval logits (query · document, re-scored with the current document embedder); 0 for the null
-            document (candidate 0), a very large negative number for padding candidates.
-        retrieval_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
-            log p(z|x): `log_softmax` of `relevance_score`.
-        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, num_candidates)`):
-            Corpus id of each candidate: -1 for the null document, -2 for padding (corpus too small).
-        candidate_mlm_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
-            Mean over the input's masked tokens of log p(y_j|z,x) for each candidate (no gradient).
-        retrieval_utility (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
-            The paper's retrieval utility, log p(y|z,x) - log p(y|null,x), per token (no gradient); 0 for candidate 0.
-        marginal_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
-            argmax over the vocabulary of sum_z p(z|x) p(y|z,x) at each masked position of the input (positions as in
-            the given `input_ids`), -100 elsewhere. Returned in eval mode or with `return_predictions=True`.
-        null_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
-            The same with the null document alone, i.e. p(y|null,x): what the encoder predicts without retrieval.
-    """
-
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    relevance_score: torch.FloatTensor | None = None
-    retrieval_log_probs: torch.FloatTensor | None = None
-    retrieved_block_ids: torch.LongTensor | None = None
-    candidate_mlm_log_probs: torch.FloatTensor | None = None
-    retrieval_utility: torch.FloatTensor | None = None
-    marginal_predictions: torch.LongTensor | None = None
-    null_predictions: torch.LongTensor | None = None
 
 
 def _config_value(config, name, default):
@@ -653,19 +474,9 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             retriever, tokenizer (*optional*): Attached to the model.
             **config_overrides: Set on the config (e.g. `num_candidates=8`, `max_joint_length=...`).
         """
-        embedder = _load_embedder(embedder_or_scorer_dir)
-        encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_dir)
-        config = RealmConfig.from_dict(encoder.config.to_dict())
-        config.architectures = [cls.__name__]
-        config.share_query_document_embedder = query_embedder_dir is None
-        for key, value in config_overrides.items():
-            setattr(config, key, value)
-        model = cls(config, retriever=retriever, tokenizer=tokenizer)
-        model.embedder.load_state_dict(embedder.state_dict())
-        model.encoder.load_state_dict(encoder.state_dict())
-        if query_embedder_dir is not None:
-            model.query_embedder.load_state_dict(_load_embedder(query_embedder_dir).state_dict())
-        return model
+        return build_from_component_checkpoints(
+            cls, embedder_or_scorer_dir, encoder_dir, query_embedder_dir, retriever, tokenizer, **config_overrides
+        )
 
     @classmethod
     def from_pretrained(
@@ -723,52 +534,12 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         Returns:
             `dict` mapping each component name to its directory.
         """
-        save_directory = str(save_directory)
-        os.makedirs(save_directory, exist_ok=True)
-        paths = {}
-
-        def component_config(architecture: str) -> RealmConfig:
-            config = RealmConfig.from_dict(self.config.to_dict())
-            config.architectures = [architecture]
-            return config
-
-        embedder = RealmEmbedder(component_config("RealmEmbedder"))
-        embedder.load_state_dict(self.embedder.state_dict())
-        paths["embedder"] = os.path.join(save_directory, "embedder")
-        embedder.save_pretrained(paths["embedder"], safe_serialization=safe_serialization)
-        if not self.shares_query_document_embedder:
-            query = RealmEmbedder(component_config("RealmEmbedder"))
-            query.load_state_dict(self.query_embedder.state_dict())
-            paths["query_embedder"] = os.path.join(save_directory, "query_embedder")
-            query.save_pretrained(paths["query_embedder"], safe_serialization=safe_serialization)
-        scorer = RealmScorer(component_config("RealmScorer"))
-        scorer.embedder.load_state_dict(self.embedder.state_dict())
-        paths["scorer"] = os.path.join(save_directory, "scorer")
-        scorer.save_pretrained(paths["scorer"], safe_serialization=safe_serialization)
-        encoder = RealmKnowledgeAugEncoder(component_config("RealmKnowledgeAugEncoder"))
-        encoder.load_state_dict(self.encoder.state_dict())
-        paths["encoder"] = os.path.join(save_directory, "encoder")
-        encoder.save_pretrained(paths["encoder"], safe_serialization=safe_serialization)
-        return paths
-
-
-def _checkpoint_architectures(path: str) -> list[str]:
-    config_file = os.path.join(path, "config.json")
-    if not os.path.exists(config_file):
-        return []
-    with open(config_file) as f:
-        return json.load(f).get("architectures") or []
-
-
-def _load_embedder(path: str | os.PathLike) -> RealmEmbedder:
-    """A [`RealmEmbedder`] from an embedder or a scorer checkpoint directory (the scorer's `embedder.*`)."""
-    path = str(path)
-    if "RealmScorer" in _checkpoint_architectures(path):
-        return RealmScorer.from_pretrained(path).embedder
-    return RealmEmbedder.from_pretrained(path)
+        return export_component_checkpoints(self, save_directory, safe_serialization=safe_serialization)
 
 
 __all__ = [
+    "NULL_BLOCK_ID",
+    "PADDING_BLOCK_ID",
     "RealmForPreTraining",
     "RealmForPreTrainingOutput",
     "encode_blocks",

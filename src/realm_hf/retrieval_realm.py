@@ -35,8 +35,9 @@ from .constants import (  # noqa: F401 - re-exported: these names were importabl
     TOKENIZER_DIR,
 )
 from .retrieval.chunking import block_spans, split_documents
+from .retrieval.conversion import convert_legacy_checkpoint
 from .retrieval.encoding import embed_blocks, fingerprint_module
-from .retrieval.legacy import convert_legacy_checkpoint, load_legacy_block_emb
+from .retrieval.legacy import load_legacy_block_emb
 from .retrieval.retriever import RealmIndexState, RealmRetriever, RealmSearchOutput
 
 __all__ = [

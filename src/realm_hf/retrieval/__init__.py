@@ -1,4 +1,4 @@
-"""REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization, legacy."""
+"""REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization, legacy, conversion."""
 
 import importlib
 
@@ -8,7 +8,7 @@ _EXPORTS = {
     "RealmRetriever": "retriever",
     "RealmSearchOutput": "retriever",
     "block_spans": "chunking",
-    "convert_legacy_checkpoint": "legacy",
+    "convert_legacy_checkpoint": "conversion",
     "embed_blocks": "encoding",
     "fingerprint_module": "encoding",
     "load_legacy_block_emb": "legacy",

@@ -6,7 +6,6 @@ Imports neither faiss nor datasets, so model code can read a legacy checkpoint's
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,9 +15,6 @@ from ..reader_inputs import find_answer_spans
 
 # Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
 _DECODE_CHUNK_ROWS = 1 << 20
-
-if TYPE_CHECKING:
-    from .retriever import RealmRetriever
 
 
 def pickle_allowed(allow_pickle: bool = False) -> bool:
@@ -118,29 +114,3 @@ def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answe
     start_pos = [s + [-1] * (max_answers - len(s)) for s in start_pos]
     end_pos = [e + [-1] * (max_answers - len(e)) for e in end_pos]
     return has_answers, start_pos, end_pos, concat_inputs_tensors
-
-
-def convert_legacy_checkpoint(
-    legacy_dir: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    allow_pickle: bool = False,
-    index: str = "Flat",
-    tokenizer=None,
-    embedder: torch.nn.Module | None = None,
-    corpus_format: str = "arrow",
-) -> RealmRetriever:
-    """
-    Convert the retriever part of a legacy REALM checkpoint (`block_records.npy` + the `block_emb` buffer) into a
-    pickle-free retriever saved in `output_dir` (exactly there: a model checkpoint looks for it in its
-    `retriever/` subfolder). See [`RealmRetriever.from_legacy`] for `allow_pickle`.
-
-    Returns:
-        The converted [`RealmRetriever`].
-    """
-    from .retriever import RealmRetriever  # the retriever module builds on this one
-
-    retriever = RealmRetriever.from_legacy(
-        legacy_dir, tokenizer=tokenizer, allow_pickle=allow_pickle, index=index, embedder=embedder
-    )
-    retriever.save_pretrained(output_dir, corpus_format=corpus_format)
-    return retriever
