@@ -11,12 +11,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from realm_hf_cli import EXIT_ERROR, EXIT_OK  # noqa: F401 (re-exported: the statuses every command returns)
+
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 
 logger = logging.getLogger("realm_hf.cli")
-
-EXIT_OK = 0
-EXIT_ERROR = 2
 
 
 class CLIError(ValueError):
