@@ -36,11 +36,12 @@ def info(message: str) -> None:
 
 
 def progress(iterable, **kwargs):
-    """A tqdm progress bar on stderr, silent under `--quiet`."""
-    from tqdm.auto import tqdm
+    """A progress bar on stderr, silent under `--quiet` and when the Hugging Face libraries' bars are switched off."""
+    # Deferred: the cli package imports nothing heavy at module level (realm_hf.progress imports datasets).
+    from ..progress import progress_bar
 
     disable = kwargs.pop("disable", False)
-    return tqdm(iterable, disable=State.quiet or disable, file=sys.stderr, **kwargs)
+    return progress_bar(iterable, disable=State.quiet or disable, file=sys.stderr, **kwargs)
 
 
 @contextlib.contextmanager
