@@ -1,4 +1,4 @@
-"""The REALM question-answering pipeline by job: the pipeline class, its inputs, its answers, its registration."""
+"""The REALM question-answering pipeline by job: the pipeline class, its inputs and options, its answers, its registration."""
 
 from .question_answering import RealmQuestionAnsweringPipeline
 from .registration import (

@@ -13,8 +13,21 @@ def _normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()
 
 
-def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> list[dict]:
-    """The `top_k` best spans across the read blocks of one question, with distinct texts, best first."""
+def _align_to_words(text: str, start: int, end: int) -> tuple[int, int]:
+    """Widen the characters `[start, end)` of `text` to whole words (a wordpiece span may start or end in one)."""
+    # Words as BERT's pre-tokenizer cuts them: runs of letters and digits; spaces and punctuation end a word.
+    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
+        end += 1
+    return start, end
+
+
+def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_to_words: bool = False) -> list[dict]:
+    """
+    The `top_k` best spans across the read blocks of one question, with distinct texts, best first; widened to whole
+    words with `align_to_words` (which needs character offsets: a fast tokenizer).
+    """
     logits = result["logits"]  # [num_blocks, num_candidates]
     starts, ends = result["starts"], result["ends"]
     num_candidates = logits.shape[-1]
@@ -36,6 +49,8 @@ def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer) -> lis
         if result["offsets"] is not None:
             char_start = int(result["offsets"][row, start, 0])
             char_end = int(result["offsets"][row, end, 1])
+            if align_to_words:
+                char_start, char_end = _align_to_words(result["texts"][row], char_start, char_end)
             text = result["texts"][row][char_start:char_end]
         else:  # slow tokenizer: no offsets, decode the wordpieces
             char_start = char_end = None

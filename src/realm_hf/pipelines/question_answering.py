@@ -15,7 +15,8 @@ from transformers import Pipeline
 from ..modeling_realm import RealmForOpenQA, check_questions
 from ..provenance import answer_record, block_provenance
 from .answers import _best_spans
-from .inputs import _check_context, _is_dataset, _to_example
+from .inputs import _check_context, _is_dataset, _to_example, dataset_questions, is_hf_dataset
+from .options import map_classic_options
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +72,15 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         max_answer_len (`int`, *optional*, defaults to `config.max_span_width`): Longest answer, in wordpieces; at
             most `config.max_span_width` (the reader scores no longer span).
         num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per question.
-        max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused.
+        max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused, not
+            truncated. The classic name `max_question_len` is accepted too; `handle_impossible_answer=False` is
+            accepted (REALM always answers); `max_seq_len`, `padding`, `topk` and `handle_impossible_answer=True`
+            raise a `ValueError` saying why.
         doc_stride (`int`, *optional*, defaults to 128): Overlap, in wordpieces, of the windows a long context is
             split into.
+        align_to_words (`bool`, *optional*, defaults to `False`): Widen each answer to whole words (a wordpiece span
+            may start or end inside a word). Off by default, unlike the classic pipeline, so that the best answer is
+            the span `RealmForOpenQA.answer()` gives. Needs a fast tokenizer.
         batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
     """
 
@@ -112,10 +119,20 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         num_blocks=None,
         max_question_length=None,
         doc_stride=None,
+        align_to_words=None,
         **kwargs,
     ):
+        # The classic question-answering options: mapped to REALM's own, or refused with the reason (options.py).
+        if "max_question_len" in kwargs and max_question_length is not None:
+            raise ValueError("Give either `max_question_len` or `max_question_length` (the same option), not both.")
+        kwargs = map_classic_options(kwargs)
+        max_question_length = kwargs.pop("max_question_length", max_question_length)
         if kwargs:
-            raise TypeError(f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}.")
+            raise TypeError(
+                f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}. It takes `top_k`, "
+                "`num_blocks`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
+                "`align_to_words` and `batch_size`."
+            )
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         if top_k is not None:
             if not isinstance(top_k, int) or top_k < 1:
@@ -139,6 +156,15 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             forward_params["doc_stride"] = doc_stride
         if max_question_length is not None:
             preprocess_params["max_question_length"] = max_question_length
+        if align_to_words is not None:
+            if not isinstance(align_to_words, bool):
+                raise ValueError(f"`align_to_words` must be True or False, got {align_to_words!r}.")
+            if align_to_words and not getattr(self.tokenizer, "is_fast", False):
+                raise ValueError(
+                    "`align_to_words=True` needs the character offsets of a fast tokenizer; load the pipeline with a "
+                    "fast one (e.g. `RealmTokenizerFast.from_pretrained(path)`)."
+                )
+            postprocess_params["align_to_words"] = align_to_words
         return preprocess_params, forward_params, postprocess_params
 
     def __call__(self, inputs=None, *args, question=None, context=None, **kwargs):
@@ -150,10 +176,14 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             question (`str` or `list[str]`, *optional*): Alternative to `inputs`.
             context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
                 questions or one per question.
-            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `batch_size`.
+            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `align_to_words`,
+                `batch_size`, and the classic question-answering options that mean something for REALM (see
+                [`~realm_hf.pipelines.options.map_classic_options`]).
 
         Returns:
-            One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions.
+            One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions;
+            an iterator of those, consumed lazily, for a `datasets.Dataset` (its `question` column, and its `context`
+            column if it has one), a torch `Dataset` or a generator.
         """
         if inputs is None and question is None:
             raise ValueError("Give a question: `qa('...')`, `qa(['...', ...])` or `qa(question='...')`.")
@@ -161,6 +191,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             raise ValueError("Pass the questions either as `inputs` or as `question=`, not both.")
         if inputs is None:
             inputs = question
+        if is_hf_dataset(inputs):
+            inputs = dataset_questions(inputs)
         if isinstance(inputs, (types.GeneratorType,)) or _is_dataset(inputs):
             if context is not None:
                 raise ValueError("With a dataset or generator, give each item its own `context`.")
@@ -336,12 +368,14 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     # Answers
     # ----------------------------------------------------------------------------------------------------------------
 
-    def postprocess(self, model_outputs, top_k: int = 1, max_answer_len: int | None = None):
+    def postprocess(
+        self, model_outputs, top_k: int = 1, max_answer_len: int | None = None, align_to_words: bool = False
+    ):
         result = model_outputs["results"]
         if isinstance(result, list):  # batch_size=1: the batch of one was not un-batched
             result = result[0]
         max_answer_len = max_answer_len or self.model.config.max_span_width
-        answers = _best_spans(result, top_k, max_answer_len, self.tokenizer)
+        answers = _best_spans(result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words)
         if top_k == 1:
             return (
                 answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)
