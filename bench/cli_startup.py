@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             best[label] = min(best[label], seconds)
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, best of {rounds} round(s), a new process each")
     print(f"| {'command':<44} | {'seconds':>7} | exit |")
-    print(f"| {'-' * 44} | {'-' * 7}: | ---: |")
+    print(f"| {'-' * 44} | {'-' * 6}: | ---: |")
     results = []
     for label, _ in timed:
         print(f"| {label:<44} | {best[label]:>7.2f} | {status[label]:>4} |")

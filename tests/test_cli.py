@@ -108,6 +108,13 @@ def test_subcommand_help_has_examples(command, capsys):
     assert "examples:" in out
 
 
+def test_version_is_the_package_version(capsys):
+    import realm_hf
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"realm-hf {realm_hf.__version__}"
+
+
 def test_usage_errors_exit_2(capsys):
     assert main([]) == 2
     assert main(["push", "some/dir"]) == 2  # --repo-id missing

@@ -15,6 +15,7 @@ import pytest
 from test_pipeline import DOCS, build_tiny_model
 from transformers.utils import logging as transformers_logging
 
+import realm_hf.progress
 from realm_hf.progress import PROGRESS_BAR_GROUP, progress_bars_enabled
 from realm_hf.retrieval_realm import embed_blocks
 from realm_hf.training import evaluate_openqa
@@ -60,9 +61,14 @@ def test_every_switch_silences_realm_hf_bars(tiny, switch, capsys, restore_switc
         assert (bar in err) is (switch == "none"), f"{bar!r} with switch {switch!r}: {err!r}"
 
 
+# The helper's module run on its own (it imports no other realm_hf module): the probe then skips `import realm_hf`,
+# which loads torch, and costs about a second instead of several.
 _ENV_PROBE = """
-import io, sys
-from realm_hf.progress import progress_bar, progress_bars_enabled
+import importlib.util, io, sys
+spec = importlib.util.spec_from_file_location("realm_hf_progress", sys.argv[1])
+progress = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(progress)
+progress_bar, progress_bars_enabled = progress.progress_bar, progress.progress_bars_enabled
 stream = io.StringIO()
 for _ in progress_bar(range(3), desc="Embedding blocks", file=stream):
     pass
@@ -74,6 +80,7 @@ print(progress_bars_enabled(), "Embedding blocks" in stream.getvalue())
 def test_environment_variables_silence_realm_hf_bars(variable):
     # Read when the libraries are imported, hence a fresh interpreter.
     env = {**os.environ, variable: "1"}
-    result = subprocess.run([sys.executable, "-c", _ENV_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    probe = [sys.executable, "-c", _ENV_PROBE, realm_hf.progress.__file__]
+    result = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False"]
