@@ -55,6 +55,7 @@ bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 co
 	$(PY) bench/pretrain_foldoc.py
 	$(PY) bench/train_memory.py
 	$(PY) bench/learning_foldoc.py
+	$(PY) bench/cli_startup.py
 
 clean: ## Remove build artefacts and the demo output
 	rm -rf build dist *.egg-info src/*.egg-info demo_output

@@ -147,3 +147,13 @@ def test_learning_bench_noise_rule():
     assert learning.within_noise(0.30, 0.25, 300)
     assert not learning.within_noise(0.30, 0.15, 300)
     assert learning.within_noise(0.5, 0.5, 10)
+
+
+def test_cli_startup_bench_quick_runs(capsys):
+    cli_startup = load_script("cli_startup")
+    results = cli_startup.main(["--quick"])
+    labels = [row["command"] for row in results]
+    assert "realm-hf --help" in labels and "realm-hf train --help" in labels
+    # Every --help answers with status 0; the usage row (no command) with 2. No timing is asserted.
+    assert all(row["exit"] == 0 for row in results if row["command"].endswith("--help"))
+    assert "| realm-hf --help" in capsys.readouterr().out

@@ -6,8 +6,10 @@ test_modelcard.py.
 
 import json
 import os
+import re
 import sys
 
+import datasets
 import pytest
 import torch
 import transformers
@@ -313,8 +315,81 @@ def test_question_length_limit_is_a_parameter(qa):
 
 
 def test_unknown_parameter_is_refused(qa):
-    with pytest.raises(TypeError, match="Unknown arguments"):
-        qa(QUESTIONS[0], handle_impossible_answer=True)
+    with pytest.raises(TypeError, match="Unknown arguments.*temperature.*It takes `top_k`"):
+        qa(QUESTIONS[0], temperature=0.5)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The classic question-answering options and datasets
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_classic_options_with_a_meaning_for_realm_are_accepted(qa):
+    reference = qa(QUESTIONS[0], top_k=2)
+    # handle_impossible_answer=False asks for what REALM always does: an answer from a read block.
+    assert qa(QUESTIONS[0], top_k=2, handle_impossible_answer=False) == reference
+    # max_question_len is the classic name of max_question_length.
+    assert qa(QUESTIONS[0], top_k=2, max_question_len=64) == reference
+    with pytest.raises(ValueError, match="limit of 2"):
+        qa(QUESTIONS[0], max_question_len=2)
+    with pytest.raises(ValueError, match="either `max_question_len` or `max_question_length`"):
+        qa(QUESTIONS[0], max_question_len=8, max_question_length=8)
+    # The whole vocabulary of the tiny model is whole words: aligning to words changes nothing here.
+    assert qa(QUESTIONS[0], top_k=2, align_to_words=True) == reference
+    assert qa(QUESTIONS[0], top_k=2, doc_stride=16, max_answer_len=4) == reference
+
+
+@pytest.mark.parametrize(
+    "option, value, reason",
+    [
+        ("max_seq_len", 384, "reader_seq_len"),
+        ("padding", True, "pads each batch itself"),
+        ("topk", 2, "use `top_k`"),
+        ("handle_impossible_answer", True, "no 'no answer' option"),
+        ("align_to_words", "yes", "True or False"),
+    ],
+)
+def test_classic_options_without_a_meaning_are_refused_with_the_reason(tiny, qa, option, value, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)) as refused:
+        qa(QUESTIONS[0], **{option: value})
+    assert f"`{option}" in str(refused.value)  # the message names the option
+    # At construction too: transformers.pipeline hands unknown keyword arguments to the pipeline.
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        realm_hf.pipeline("question-answering", model=tiny[0], **{option: value})
+
+
+def test_align_to_words_widens_wordpiece_spans():
+    from realm_hf.pipelines.answers import _align_to_words
+
+    text = "Unix was rewritten in C, (mostly) by Ritchie."
+    start = text.index("written")  # a span starting at the wordpiece `##written`
+    assert _align_to_words(text, start, start + 4) == (text.index("rewritten"), text.index(" in C"))
+    assert _align_to_words(text, text.index("ostly"), text.index(")")) == (text.index("mostly"), text.index(")"))
+    assert _align_to_words(text, text.index("C,"), text.index(",")) == (text.index("C,"), text.index(","))
+
+
+def test_a_datasets_dataset_is_streamed_by_its_question_column(qa):
+    dataset = datasets.Dataset.from_dict(
+        {"id": [7, 8, 9], "question": QUESTIONS, "answers": [["Ken Thompson"], ["a program"], ["1991"]]}
+    )
+    streamed = qa(dataset, top_k=2)
+    assert not isinstance(streamed, list)  # an iterator, consumed lazily
+    assert list(streamed) == qa(QUESTIONS, top_k=2)
+
+
+def test_a_datasets_dataset_with_a_context_column(qa):
+    contexts = [text for _, text in DOCS[:2]]
+    dataset = datasets.Dataset.from_dict({"question": QUESTIONS[:2], "context": contexts})
+    expected = [qa(question=q, context=c) for q, c in zip(QUESTIONS[:2], contexts)]
+    assert list(qa(dataset, batch_size=1)) == expected
+
+
+def test_a_dataset_without_a_question_column_or_with_splits_is_refused(qa):
+    dataset = datasets.Dataset.from_dict({"query": QUESTIONS})
+    with pytest.raises(ValueError, match=r"no `question` column \(columns: \['query'\]\).*rename_column"):
+        qa(dataset)
+    with pytest.raises(ValueError, match="pass one split"):
+        qa(datasets.DatasetDict({"test": dataset}))
 
 
 # ------------------------------------------------------------------------------------------------------------------

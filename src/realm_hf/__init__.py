@@ -59,15 +59,15 @@ def _register() -> None:
         exist_ok=True,
     )
 
-    # --- question-answering pipeline (pipeline_realm.py): task "realm-question-answering"; idempotent ---
-    from .pipeline_realm import register_pipeline
+    # --- question-answering pipeline (pipelines/registration.py): task "realm-question-answering"; idempotent ---
+    from .pipelines import register_pipeline
 
     register_pipeline()
 
 
 _register()
 
-from .pipeline_realm import RealmQuestionAnsweringPipeline, pipeline  # noqa: E402
+from .pipelines import RealmQuestionAnsweringPipeline, pipeline  # noqa: E402
 
 __all__ = [
     "RealmConfig",

@@ -11,12 +11,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from realm_hf_cli import EXIT_ERROR, EXIT_OK  # noqa: F401 (re-exported: the statuses every command returns)
+
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 
 logger = logging.getLogger("realm_hf.cli")
-
-EXIT_OK = 0
-EXIT_ERROR = 2
 
 
 class CLIError(ValueError):
@@ -37,11 +36,12 @@ def info(message: str) -> None:
 
 
 def progress(iterable, **kwargs):
-    """A tqdm progress bar on stderr, silent under `--quiet`."""
-    from tqdm.auto import tqdm
+    """A progress bar on stderr, silent under `--quiet` and when the Hugging Face libraries' bars are switched off."""
+    # Deferred: the cli package imports nothing heavy at module level (realm_hf.progress imports datasets).
+    from ..progress import progress_bar
 
     disable = kwargs.pop("disable", False)
-    return tqdm(iterable, disable=State.quiet or disable, file=sys.stderr, **kwargs)
+    return progress_bar(iterable, disable=State.quiet or disable, file=sys.stderr, **kwargs)
 
 
 @contextlib.contextmanager

@@ -1,15 +1,20 @@
-"""Entry point of `realm-hf`: parse the arguments, run the command, turn bad input into `error: ...` and status 2."""
+"""Running a parsed `realm-hf` command: its settings, its module, and bad input turned into `error: ...` and status 2.
+
+The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch) and calls
+[`run_command`]; it is re-exported here so that `realm_hf.cli.main(argv)` keeps working.
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+
+from realm_hf_cli import main
 
 from .common import EXIT_ERROR, State, library_progress_bars
-from .parser import build_parser
 
 
 def _command(name: str):
@@ -17,16 +22,8 @@ def _command(name: str):
     return importlib.import_module(f"{__package__}.commands.{name}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `realm-hf`. Returns the exit status (0 on success, 2 on bad input)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version and argparse's own usage errors
-        return int(exit_.code or 0) if not isinstance(exit_.code, str) else EXIT_ERROR
-    if getattr(args, "command", None) is None:
-        parser.print_help(sys.stderr)
-        return EXIT_ERROR
+def run_command(args: argparse.Namespace) -> int:
+    """Run the command `args.command` with the parsed `args`. Returns the exit status (0 on success, 2 on bad input)."""
     State.quiet = bool(args.quiet)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
@@ -42,3 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return EXIT_ERROR
+
+
+__all__ = ["main", "run_command"]

@@ -6,41 +6,10 @@ import json
 import os
 from collections.abc import Sequence
 
+from realm_hf_cli import TRAIN_KEYS  # defined with the parser, whose `train --help` lists them
+
 from .common import CLIError, is_hub_id
 
-# Top-level keys of a training config; values that are paths are resolved against the config file's directory.
-TRAIN_KEYS = {
-    "task": "finetune (Open-QA, default) or pretrain (REALM masked-LM pre-training)",
-    "model": "REALM model directory to start from (RealmForOpenQA for finetune, RealmForPreTraining for pretrain)",
-    "init_from_bert": "BERT-layout checkpoint directory to initialise a new model from (instead of `model`)",
-    "model_config": "RealmConfig overrides when initialising from BERT (e.g. retriever_proj_size, reader_beam_size)",
-    "legacy_embedder": "pretrain: legacy RealmEmbedder/RealmScorer directory (with legacy_encoder)",
-    "legacy_encoder": "pretrain: legacy RealmKnowledgeAugEncoder directory",
-    "allow_pickle": "allow unpickling a legacy block_records.npy (trusted files only)",
-    "corpus": "saved corpus + index directory (RealmRetriever.save_pretrained / realm-hf index)",
-    "documents": "documents file(s) (JSONL/CSV/Parquet with title/text) to build the corpus from",
-    "text_column": "text column of `documents` (default text)",
-    "title_column": "title column of `documents` (default title)",
-    "index": "FAISS factory string when building the corpus (default Flat)",
-    "max_block_length": "wordpieces per block when building the corpus (default 288)",
-    "train_file": "finetune: QA JSONL/CSV/Parquet (question, answers); pretrain: texts (text[, block_id])",
-    "eval_file": "held-out file in the same format",
-    "train_from_corpus": "pretrain: use the corpus blocks themselves as training texts",
-    "question_column": "question column of the QA files (default question)",
-    "answers_column": "answers column of the QA files (default answers)",
-    "output_dir": "where checkpoints and the final model (with its retriever) go",
-    "training_args": "transformers TrainingArguments fields (learning_rate, max_steps, ...)",
-    "refresh_steps": "re-index the corpus every N steps with the document embedder (RealmReindexCallback)",
-    "reindex_background": "refresh in a background thread while training goes on (default true)",
-    "reindex_batch_size": "blocks per embedding batch when re-indexing (default 128)",
-    "train_document_embedder": "finetune: train a document embedder too (end-to-end retriever training)",
-    "recall_ks": "finetune: recall@k cut-offs for evaluation (default [1, 5])",
-    "lora": "finetune: LoRA settings ({r, alpha, dropout, targets, target_modules}); saves adapter/ and merges",
-    "embedder_lr_ratio": "pretrain: the embedders' learning rate relative to the encoder's (default 1: one rate)",
-    "masking": "pretrain: DataCollatorForSalientSpanMasking options (max_length, mask_rate, seed, ...)",
-    "export_components": "pretrain: also write embedder/, encoder/ (legacy layouts) into the output",
-    "seed": "random seed, set before the model is built (default: training_args.seed or 42)",
-}
 _MODEL_KEYS = ("model", "init_from_bert", "legacy_embedder", "legacy_encoder")
 _PATH_KEYS = (
     "model",

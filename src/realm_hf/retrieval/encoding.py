@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..progress import progress_bar
+
 logger = logging.getLogger(__name__)
 
 
@@ -148,14 +150,13 @@ def embed_blocks(
             is moved there for the call and moved back afterwards.
         dtype (`str` or `torch.dtype`, *optional*): `"fp16"`/`"bf16"` run under autocast where the device supports
             it (fp16 on CPU falls back to fp32 with a warning); `None` is fp32. Embeddings are returned in fp32.
-        show_progress (`bool`, defaults to `True`): Show a tqdm progress bar.
+        show_progress (`bool`, defaults to `True`): Show a progress bar (unless the Hugging Face libraries' progress
+            bars are switched off, see [`~realm_hf.progress.progress_bars_enabled`]).
         max_length (`int`, *optional*): Truncation length; defaults to the tokenizer's `model_max_length` (max 512).
 
     Returns:
         `torch.FloatTensor` of shape `(len(texts), dim)` on CPU.
     """
-    from tqdm.auto import tqdm
-
     texts = list(texts)
     if not texts:
         raise ValueError("No blocks to embed: the corpus is empty.")
@@ -176,7 +177,7 @@ def embed_blocks(
     outputs: list[torch.Tensor] = []
     try:
         with torch.inference_mode(), _autocast(device, dtype):
-            for start in tqdm(
+            for start in progress_bar(
                 range(0, len(texts), batch_size),
                 desc="Embedding blocks",
                 unit="batch",

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 from transformers import Trainer
 
 from ..modeling_realm import check_questions
+from ..progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def evaluate_openqa(
     model.eval()
     try:
         with torch.inference_mode():
-            for start in tqdm(
+            for start in progress_bar(
                 range(0, len(questions), batch_size), desc="Evaluating", disable=not show_progress, leave=False
             ):
                 chunk = questions[start : start + batch_size]

@@ -1,0 +1,399 @@
+"""
+[`RealmQuestionAnsweringPipeline`]: open-domain questions answered by retrieval from the model's corpus and the reader,
+or, when a `context` is given, by the reader on that context alone (as the classic extractive QA pipeline does).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import types
+
+import torch
+from transformers import Pipeline
+
+from ..modeling_realm import RealmForOpenQA, check_questions
+from ..provenance import answer_record, block_provenance
+from .answers import _best_spans
+from .inputs import _check_context, _is_dataset, _to_example, dataset_questions, is_hf_dataset
+from .options import map_classic_options
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_BATCH_SIZE = 8
+_DEFAULT_MAX_QUESTION_LENGTH = 64
+_DEFAULT_DOC_STRIDE = 128
+
+
+class RealmQuestionAnsweringPipeline(Pipeline):
+    r"""
+    Open-domain question answering with REALM: each question is embedded, the `num_blocks` most relevant blocks are
+    retrieved from the model's corpus (its [`RealmRetriever`]), and the reader scores every answer span of at most
+    `max_answer_len` wordpieces in each block. A question that comes with a `context` is answered from that context by
+    the reader alone (no retrieval; the context gets relevance score 0 and is split into overlapping windows when it
+    is longer than `config.reader_seq_len`).
+
+    Inputs: a question (`str`), a dict `{"question": ..., "context": ...}` (`context` optional), a list of either, or
+    the keyword arguments `question=` / `context=` (each a string or a list). Lists are batched through the model:
+    one forward pass per `batch_size` questions.
+
+    Each answer is a dict in the schema `RealmForOpenQA.answer()` and `realm-hf ask --json` share
+    (docs/provenance.md):
+
+    - `answer` (`str`): the span, cut from the original block (or context) text;
+    - `score` (`float`): the span's probability under the reader, i.e. the softmax of REALM's span logits over every
+      span of every read block (for REALM this is p(span, block | question) restricted to the retrieved blocks);
+    - `logit` (`float`): REALM's raw score of the span, span logit + retrieval score of its block (the quantity the
+      model maximises; with a context the retrieval score is 0);
+    - `start`, `end` (`int`): character offsets of the answer in `block["text"]`;
+    - `block` (`dict`): provenance from [`~realm_hf.provenance.block_provenance`]: `block_id`, `doc_id`, `title`,
+      `text`, `retrieval_score` and the corpus's other columns. For a `context` answer the block is the context:
+      `block_id`, `doc_id` and `title` are `None`, `retrieval_score` is 0.
+
+    With `top_k=1` each question gets one dict, otherwise a list of up to `top_k` dicts with distinct answer texts
+    (compared case- and whitespace-insensitively), best first.
+
+    Example:
+
+    ```python
+    >>> import realm_hf
+
+    >>> qa = realm_hf.pipeline("question-answering", model="path/to/realm-model")
+    >>> qa("what is a compiler?")
+    {'answer': ..., 'score': ..., 'logit': ..., 'start': ..., 'end': ..., 'block': {'block_id': ..., 'title': ..., ...}}
+    >>> qa(["what is a compiler?", "who wrote unix?"], top_k=3)  # one forward pass, three answers each
+    >>> qa(question="who wrote unix?", context="Unix was written by Ken Thompson and Dennis Ritchie.")
+    ```
+
+    Args:
+        model ([`RealmForOpenQA`]): The model, with its retriever attached (not needed for `context=` inputs).
+        tokenizer (*optional*): Question tokenizer; defaults to the retriever's tokenizer.
+        top_k (`int`, *optional*, defaults to 1): Answers per question.
+        max_answer_len (`int`, *optional*, defaults to `config.max_span_width`): Longest answer, in wordpieces; at
+            most `config.max_span_width` (the reader scores no longer span).
+        num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per question.
+        max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused, not
+            truncated. The classic name `max_question_len` is accepted too; `handle_impossible_answer=False` is
+            accepted (REALM always answers); `max_seq_len`, `padding`, `topk` and `handle_impossible_answer=True`
+            raise a `ValueError` saying why.
+        doc_stride (`int`, *optional*, defaults to 128): Overlap, in wordpieces, of the windows a long context is
+            split into.
+        align_to_words (`bool`, *optional*, defaults to `False`): Widen each answer to whole words (a wordpiece span
+            may start or end inside a word). Off by default, unlike the classic pipeline, so that the best answer is
+            the span `RealmForOpenQA.answer()` gives. Needs a fast tokenizer.
+        batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
+    """
+
+    _load_tokenizer = None  # optional: the retriever carries one
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+
+    def __init__(self, model, tokenizer=None, **kwargs):
+        if not isinstance(model, RealmForOpenQA):
+            raise TypeError(
+                f"RealmQuestionAnsweringPipeline needs a RealmForOpenQA model, got {type(model).__name__}. Load one with "
+                "`RealmForOpenQA.from_pretrained(path)`."
+            )
+        if tokenizer is None and getattr(model, "retriever", None) is not None:
+            tokenizer = getattr(model.retriever, "tokenizer", None)
+        super().__init__(model=model, tokenizer=tokenizer, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError(
+                "No tokenizer: the model has no retriever to take one from. Pass `tokenizer=` (e.g. "
+                "`RealmTokenizer.from_pretrained(path)`)."
+            )
+        # Batch by default: REALM's cost is per forward (retrieval + k reader passes), so batching pays off.
+        if self._batch_size is None:
+            self._batch_size = _DEFAULT_BATCH_SIZE
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Parameters and inputs
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def _sanitize_parameters(
+        self,
+        top_k=None,
+        max_answer_len=None,
+        num_blocks=None,
+        max_question_length=None,
+        doc_stride=None,
+        align_to_words=None,
+        **kwargs,
+    ):
+        # The classic question-answering options: mapped to REALM's own, or refused with the reason (options.py).
+        if "max_question_len" in kwargs and max_question_length is not None:
+            raise ValueError("Give either `max_question_len` or `max_question_length` (the same option), not both.")
+        kwargs = map_classic_options(kwargs)
+        max_question_length = kwargs.pop("max_question_length", max_question_length)
+        if kwargs:
+            raise TypeError(
+                f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}. It takes `top_k`, "
+                "`num_blocks`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
+                "`align_to_words` and `batch_size`."
+            )
+        preprocess_params, forward_params, postprocess_params = {}, {}, {}
+        if top_k is not None:
+            if not isinstance(top_k, int) or top_k < 1:
+                raise ValueError(f"`top_k` must be a positive integer, got {top_k!r}.")
+            postprocess_params["top_k"] = top_k
+        if max_answer_len is not None:
+            max_width = self.model.config.max_span_width
+            if not isinstance(max_answer_len, int) or not 1 <= max_answer_len <= max_width:
+                raise ValueError(
+                    f"`max_answer_len` must be an integer between 1 and config.max_span_width={max_width} (the reader "
+                    f"scores no longer span), got {max_answer_len!r}."
+                )
+            postprocess_params["max_answer_len"] = max_answer_len
+        if num_blocks is not None:
+            if not isinstance(num_blocks, int) or num_blocks < 1:
+                raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
+            forward_params["num_blocks"] = num_blocks
+        if doc_stride is not None:
+            if not isinstance(doc_stride, int) or doc_stride < 0:
+                raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
+            forward_params["doc_stride"] = doc_stride
+        if max_question_length is not None:
+            preprocess_params["max_question_length"] = max_question_length
+        if align_to_words is not None:
+            if not isinstance(align_to_words, bool):
+                raise ValueError(f"`align_to_words` must be True or False, got {align_to_words!r}.")
+            if align_to_words and not getattr(self.tokenizer, "is_fast", False):
+                raise ValueError(
+                    "`align_to_words=True` needs the character offsets of a fast tokenizer; load the pipeline with a "
+                    "fast one (e.g. `RealmTokenizerFast.from_pretrained(path)`)."
+                )
+            postprocess_params["align_to_words"] = align_to_words
+        return preprocess_params, forward_params, postprocess_params
+
+    def __call__(self, inputs=None, *args, question=None, context=None, **kwargs):
+        r"""
+        Answer one or several questions.
+
+        Args:
+            inputs (`str`, `dict` or a list of them): Questions, or dicts with `question` and optional `context`.
+            question (`str` or `list[str]`, *optional*): Alternative to `inputs`.
+            context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
+                questions or one per question.
+            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `align_to_words`,
+                `batch_size`, and the classic question-answering options that mean something for REALM (see
+                [`~realm_hf.pipelines.options.map_classic_options`]).
+
+        Returns:
+            One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions;
+            an iterator of those, consumed lazily, for a `datasets.Dataset` (its `question` column, and its `context`
+            column if it has one), a torch `Dataset` or a generator.
+        """
+        if inputs is None and question is None:
+            raise ValueError("Give a question: `qa('...')`, `qa(['...', ...])` or `qa(question='...')`.")
+        if inputs is not None and question is not None:
+            raise ValueError("Pass the questions either as `inputs` or as `question=`, not both.")
+        if inputs is None:
+            inputs = question
+        if is_hf_dataset(inputs):
+            inputs = dataset_questions(inputs)
+        if isinstance(inputs, (types.GeneratorType,)) or _is_dataset(inputs):
+            if context is not None:
+                raise ValueError("With a dataset or generator, give each item its own `context`.")
+            # Streamed inputs are validated item by item in `preprocess`.
+            return super().__call__(inputs, *args, **kwargs)
+
+        single = not isinstance(inputs, (list, tuple))
+        examples = self._normalize_inputs([inputs] if single else list(inputs), context)
+        call_params = {k: v for k, v in kwargs.items() if k not in ("batch_size", "num_workers")}
+        preprocess_params = self._sanitize_parameters(**call_params)[0]
+        max_question_length = {**self._preprocess_params, **preprocess_params}.get(
+            "max_question_length", _DEFAULT_MAX_QUESTION_LENGTH
+        )
+        # Validate the whole list before any model work, so one bad question fails fast with a clear message.
+        check_questions([ex["question"] for ex in examples], self.tokenizer, max_question_length)
+        outputs = super().__call__(examples, *args, **kwargs)
+        return outputs[0] if single else outputs
+
+    @staticmethod
+    def _normalize_inputs(items: list, context) -> list[dict]:
+        if not items:
+            raise ValueError("No questions given.")
+        if context is not None and not isinstance(context, str):
+            context = list(context)
+            if len(context) != len(items):
+                raise ValueError(f"Got {len(context)} contexts for {len(items)} questions.")
+        examples = []
+        for i, item in enumerate(items):
+            example = _to_example(item)
+            if context is not None:
+                if example["context"] is not None:
+                    raise ValueError("A question carries its own `context` and `context=` was given too.")
+                example["context"] = context if isinstance(context, str) else context[i]
+            _check_context(example["context"])
+            examples.append(example)
+        return examples
+
+    def preprocess(self, inputs, max_question_length: int = _DEFAULT_MAX_QUESTION_LENGTH):
+        example = _to_example(inputs)
+        _check_context(example["context"])
+        check_questions([example["question"]], self.tokenizer, max_question_length)
+        # Tokenization happens per batch in `_forward`: the reader pairs each question with blocks that are only known
+        # after retrieval, and a long context yields a variable number of windows, which the default collator cannot
+        # pad. Strings are collated into lists.
+        return {"question": example["question"], "context": example["context"]}
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Model
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE):
+        questions, contexts = model_inputs["question"], model_inputs["context"]
+        if isinstance(questions, str):  # batch_size=1: items are not collated
+            questions, contexts = [questions], [contexts]
+        results: list[dict | None] = [None] * len(questions)
+        open_rows = [i for i, c in enumerate(contexts) if c is None]
+        context_rows = [i for i, c in enumerate(contexts) if c is not None]
+        was_training = self.model.training
+        # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on.
+        self.model.eval()
+        try:
+            if open_rows:
+                read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
+                for row, result in zip(open_rows, read):
+                    results[row] = result
+            if context_rows:
+                read = self._read_contexts(
+                    [questions[i] for i in context_rows], [contexts[i] for i in context_rows], doc_stride
+                )
+                for row, result in zip(context_rows, read):
+                    results[row] = result
+        finally:
+            self.model.train(was_training)
+        # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
+        return {"results": results}
+
+    def _retrieve_and_read(self, questions: list[str], num_blocks: int | None) -> list[dict]:
+        self.model.require_retriever()
+        encoded = self.tokenizer(questions, padding=True, return_tensors="pt").to(self.device)
+        # `num_blocks` is a forward argument: the shared config is never changed, so concurrent calls are safe.
+        out = self.model(
+            input_ids=encoded["input_ids"],
+            attention_mask=encoded["attention_mask"],
+            token_type_ids=encoded.get("token_type_ids"),
+            questions=questions,
+            num_blocks=num_blocks,
+            return_dict=True,
+        )
+        reader_output = out.reader_output
+        num_read = reader_output.reader_logits.shape[1]
+        # The forward's own encoded pairs: each (question, block) pair is tokenized once per call.
+        offsets, input_ids = out.reader_offset_mapping, out.reader_input_ids
+        results = []
+        for b, question in enumerate(questions):
+            blocks = out.retrieved_blocks[b][:num_read]
+            results.append(
+                {
+                    "question": question,
+                    "logits": reader_output.reader_logits[b].detach().float().cpu(),
+                    "starts": reader_output.candidate_starts.cpu(),
+                    "ends": reader_output.candidate_ends.cpu(),
+                    "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
+                    "input_ids": input_ids[b, :num_read].cpu(),
+                    "texts": [block["text"] for block in blocks],
+                    "blocks": [block_provenance(block) for block in blocks],
+                }
+            )
+        return results
+
+    def _read_contexts(self, questions: list[str], contexts: list[str], doc_stride: int) -> list[dict]:
+        config = self.model.config
+        max_length = config.reader_seq_len
+        longest_question = max(len(self.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions)
+        # The overlap must leave room for new context tokens in every window ([CLS] q [SEP] ... [SEP]).
+        stride = max(0, min(doc_stride, (max_length - longest_question - 3) // 2))
+        encoded = self.tokenizer(
+            questions,
+            contexts,
+            truncation="only_second",
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_token_type_ids=True,
+            padding="longest",
+            return_tensors="pt",
+        )
+        window_owner = encoded["overflow_to_sample_mapping"].tolist()
+        input_ids = encoded["input_ids"]
+        num_windows, seq_len = input_ids.shape
+        attention_mask, token_type_ids = encoded["attention_mask"], encoded["token_type_ids"]
+        block_mask = token_type_ids.bool() & ~encoded["special_tokens_mask"].bool() & attention_mask.bool()
+        if seq_len < config.max_span_width:
+            # The reader enumerates spans up to max_span_width wide, so its input must be at least that long.
+            pad = config.max_span_width - seq_len
+            input_ids = torch.nn.functional.pad(input_ids, (0, pad), value=self.tokenizer.pad_token_id or 0)
+            attention_mask, token_type_ids, block_mask = (
+                torch.nn.functional.pad(t, (0, pad)) for t in (attention_mask, token_type_ids, block_mask)
+            )
+        device = self.model.reader.device
+        # Each window is read as a question with one block of relevance 0: no retrieval score enters the logits.
+        reader_output = self.model.reader(
+            input_ids=input_ids.unsqueeze(1).to(device),
+            attention_mask=attention_mask.unsqueeze(1).to(device),
+            token_type_ids=token_type_ids.unsqueeze(1).to(device),
+            relevance_score=torch.zeros(num_windows, 1, device=device),
+            block_mask=block_mask.unsqueeze(1).to(device),
+            return_dict=True,
+        )
+        logits = reader_output.reader_logits[:, 0].detach().float().cpu()
+        offsets = encoded["offset_mapping"]
+        results = []
+        for i, (question, context) in enumerate(zip(questions, contexts)):
+            windows = [w for w, owner in enumerate(window_owner) if owner == i]
+            # Offsets of every window are in the whole context: one block dict for all of them.
+            block = block_provenance({"text": context}, retrieval_score=0.0)
+            results.append(
+                {
+                    "question": question,
+                    "logits": logits[windows],
+                    "starts": reader_output.candidate_starts.cpu(),
+                    "ends": reader_output.candidate_ends.cpu(),
+                    "offsets": offsets[windows],
+                    "input_ids": None,
+                    "texts": [context] * len(windows),
+                    "blocks": [block] * len(windows),
+                }
+            )
+        return results
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Answers
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def postprocess(
+        self, model_outputs, top_k: int = 1, max_answer_len: int | None = None, align_to_words: bool = False
+    ):
+        result = model_outputs["results"]
+        if isinstance(result, list):  # batch_size=1: the batch of one was not un-batched
+            result = result[0]
+        max_answer_len = max_answer_len or self.model.config.max_span_width
+        answers = _best_spans(result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words)
+        if top_k == 1:
+            return (
+                answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)
+            )
+        return answers
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
+        """
+        Save the model (with its retriever) and the tokenizer, so that `realm_hf.pipeline("question-answering",
+        model=save_directory)` rebuilds this pipeline. Unlike the base class, no pipeline code is copied into the
+        directory: the pipeline comes from the installed `realm_hf`, never from remote code.
+        """
+        if os.path.isfile(save_directory):
+            raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
+        os.makedirs(save_directory, exist_ok=True)
+        self.model.save_pretrained(save_directory, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+
+__all__ = ["RealmQuestionAnsweringPipeline"]
