@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import os
+import threading
 
 import torch
 
@@ -18,8 +21,12 @@ from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_ans
 from .retrieval.encoding import tokenize_blocks
 from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
+from .tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
+
+# Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
+_MODE_LOCK = threading.Lock()
 
 
 class RealmForOpenQA(RealmPreTrainedModel):
@@ -156,7 +163,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         return max(0, min(int(m), k))
 
     def _training_block_embeddings(
-        self, retriever, tokenizer, search, question_projection, reader_beam_size: int | None = None
+        self, tokenizer, search, question_projection, reader_beam_size: int | None = None
     ) -> torch.Tensor:
         """
         Block embeddings `[batch, k, proj]` for the relevance scores while the document embedder trains: fresh ones
@@ -172,7 +179,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         # The top blocks carry the gradient into the document side (REALM's pre-training back-propagates through 8
         # candidates); the stored vectors still give the rest of the beam its place in the retrieval marginal,
         # without activations kept for backward.
-        stored = retriever.get_block_embeddings(search.block_ids[:, m:]).to(
+        stored = search.block_embeddings[:, m:].to(
             device, fresh.dtype if fresh is not None else question_projection.dtype
         )
         return stored if fresh is None else torch.cat([fresh, stored], dim=1)
@@ -339,18 +346,16 @@ class RealmForOpenQA(RealmPreTrainedModel):
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
         # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
         k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
-        search = retriever.search(question_projection.detach(), k)
+        search = search_with_embeddings(retriever, question_projection.detach(), k)
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
             # embedder; stored ones for the rest of the beam (memory bounded by `document_gradient_beam_size`).
-            block_emb = self._training_block_embeddings(
-                retriever, tokenizer, search, question_projection, reader_beam_size
-            )
+            block_emb = self._training_block_embeddings(tokenizer, search, question_projection, reader_beam_size)
         else:
             # Re-score with the stored block vectors so the loss reaches the question embedder, as the legacy
             # einsum did.
-            block_emb = retriever.get_block_embeddings(block_ids).to(question_projection.device)
+            block_emb = search.block_embeddings.to(question_projection.device)
         # Retrieval logits in at least fp32, also under autocast: the softmax over the searcher beam needs their small
         # differences (bf16 keeps about 3 significant digits).
         score_dtype = torch.promote_types(question_projection.dtype, torch.float32)
@@ -362,7 +367,8 @@ class RealmForOpenQA(RealmPreTrainedModel):
         reader_inputs = build_reader_inputs(
             tokenizer,
             questions,
-            retriever.get_block_texts(block_ids),
+            # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
+            [[block["text"] for block in row] for row in search.blocks],
             answer_ids=answer_ids,
             max_length=self.config.reader_seq_len,
             return_offsets_mapping=getattr(tokenizer, "is_fast", False),
@@ -427,6 +433,27 @@ class RealmForOpenQA(RealmPreTrainedModel):
             else None,
         )
 
+    @contextlib.contextmanager
+    def evaluating(self):
+        """
+        Evaluation mode for the duration of a `with` block, safe with concurrent callers: the first caller in switches
+        the model to `eval()`, the last one out restores the mode it found. [`~RealmForOpenQA.answer`] and the
+        pipeline answer inside it; a plain `eval()` ... `train(was_training)` per call would let one thread's restore
+        turn dropout (and the training-time searcher beam) on in the middle of another thread's forward.
+        """
+        with _MODE_LOCK:
+            if getattr(self, "_evaluating_calls", 0) == 0:
+                self._mode_before_evaluating = self.training
+                self.eval()
+            self._evaluating_calls = getattr(self, "_evaluating_calls", 0) + 1
+        try:
+            yield self
+        finally:
+            with _MODE_LOCK:
+                self._evaluating_calls -= 1
+                if self._evaluating_calls == 0:
+                    self.train(self._mode_before_evaluating)
+
     @torch.inference_mode()
     def answer(
         self,
@@ -459,13 +486,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
         questions = [questions] if single else list(questions)
         tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
         check_questions(questions, tokenizer, max_question_length)
-        was_training = self.training
-        self.eval()
         results = []
-        try:
+        with self.evaluating():
             for start in range(0, len(questions), batch_size):
                 chunk = questions[start : start + batch_size]
-                inputs = tokenizer(chunk, padding=True, return_tensors="pt").to(self.device)
+                inputs = tokenizer_call(tokenizer, chunk, padding=True, return_tensors="pt").to(self.device)
                 out = self(
                     input_ids=inputs["input_ids"],
                     attention_mask=inputs["attention_mask"],
@@ -488,9 +513,22 @@ class RealmForOpenQA(RealmPreTrainedModel):
                         block=retrieved[row],
                     )
                     results.append({"question": question, **record, "retrieved": retrieved})
-        finally:
-            self.train(was_training)
         return results[0] if single else results
+
+
+def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int):
+    """
+    `retriever.search(question_embeddings, k)` with the retrieved blocks' stored embeddings (`block_embeddings`).
+
+    A [`RealmRetriever`] looks ids, blocks and embeddings up in one locked step, so they come from one state of
+    the corpus and index even while another thread swaps the index or adds and removes documents. Other retrievers
+    (anything with `search` and `get_block_embeddings`) are asked for the embeddings in a second call.
+    """
+    if "return_embeddings" in inspect.signature(retriever.search).parameters:
+        return retriever.search(question_embeddings, k, return_embeddings=True)
+    search = retriever.search(question_embeddings, k)
+    search.block_embeddings = retriever.get_block_embeddings(search.block_ids)
+    return search
 
 
 def check_questions(questions: list[str], tokenizer, max_question_length: int) -> None:
@@ -500,7 +538,7 @@ def check_questions(questions: list[str], tokenizer, max_question_length: int) -
     for question in questions:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"Empty question {question!r}: every question needs some text.")
-        length = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+        length = len(tokenizer_call(tokenizer, question, add_special_tokens=False)["input_ids"])
         if length > max_question_length:
             raise ValueError(
                 f"Question of {length} wordpieces is longer than the limit of {max_question_length} "

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .tokenization_realm import tokenizer_call
+
 
 @dataclass
 class RealmReaderInputs:
@@ -72,7 +74,9 @@ def normalize_answer_ids(answer_ids, batch_size: int) -> list[list[list[int]]] |
 def tokenize_answers(tokenizer, answers: Sequence[Sequence[str]]) -> list[list[list[int]]]:
     """Tokenize gold answer strings (`[question][answer]`) into wordpiece ids without special tokens."""
     return [
-        [ids for ids in tokenizer(list(golds), add_special_tokens=False)["input_ids"] if ids] if golds else []
+        [ids for ids in tokenizer_call(tokenizer, list(golds), add_special_tokens=False)["input_ids"] if ids]
+        if golds
+        else []
         for golds in answers
     ]
 
@@ -133,7 +137,8 @@ def build_reader_inputs(
         raise ValueError("Every question must come with the same number of retrieved blocks.")
     text = [question for question in questions for _ in range(k)]
     text_pair = [block for blocks in block_texts for block in blocks]
-    encoded = tokenizer(
+    encoded = tokenizer_call(
+        tokenizer,
         text,
         text_pair,
         padding=True,

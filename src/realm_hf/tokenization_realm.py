@@ -2,8 +2,45 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
+
+# One lock per tokenizer object. A 🤗 Tokenizers-backed tokenizer keeps its padding and truncation settings in the
+# shared Rust object: each call first sets them (`set_truncation_and_padding`), then encodes. Two threads calling
+# the same tokenizer with different settings interleave those two steps, and one of them encodes with the other's
+# settings (unpadded rows, then "expected sequence of length 24 at dim 1 (got 23)" when they become a tensor).
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+_FALLBACK_LOCK = threading.RLock()
+
+
+def tokenizer_lock(tokenizer) -> threading.RLock:
+    """
+    The lock that makes one call of `tokenizer` atomic: held by [`tokenizer_call`] and by every
+    [`RealmTokenizer`] call. Hold it around your own calls of a shared non-REALM tokenizer that realm-hf also uses
+    (e.g. from a server thread), since such calls change the tokenizer's padding/truncation state.
+    """
+    with _LOCKS_GUARD:
+        try:
+            lock = _TOKENIZER_LOCKS.get(tokenizer)
+            if lock is None:
+                lock = _TOKENIZER_LOCKS[tokenizer] = threading.RLock()
+        except TypeError:  # not weakly referenceable or not hashable: one lock for all such objects
+            lock = _FALLBACK_LOCK
+    return lock
+
+
+def tokenizer_call(tokenizer, *args, **kwargs) -> BatchEncoding:
+    """
+    `tokenizer(*args, **kwargs)`, safe while other threads call the same tokenizer: every tokenizer call of realm-hf
+    (questions, reader pairs, blocks, answers) goes through here, so answering from several threads, or training
+    while a background index refresh tokenizes the corpus, never mixes one call's padding or truncation into another.
+    """
+    with tokenizer_lock(tokenizer):
+        return tokenizer(*args, **kwargs)
 
 
 class RealmTokenizer(BertTokenizer):
@@ -26,6 +63,12 @@ class RealmTokenizer(BertTokenizer):
     >>> batch.input_ids.shape
     torch.Size([2, 2, 10])
     ```"""
+
+    def _encode_plus(self, *args, **kwargs) -> BatchEncoding:
+        # Setting the backend's padding/truncation and encoding happen as one step (see `tokenizer_lock`), so a
+        # RealmTokenizer can be called from several threads, also outside realm-hf.
+        with tokenizer_lock(self):
+            return super()._encode_plus(*args, **kwargs)
 
     def batch_encode_candidates(self, text, **kwargs) -> BatchEncoding:
         r"""
@@ -70,4 +113,4 @@ class RealmTokenizerFast(RealmTokenizer):
     """Alias of [`RealmTokenizer`] under the legacy fast-tokenizer name (transformers 5 has one tokenizer class)."""
 
 
-__all__ = ["RealmTokenizer", "RealmTokenizerFast"]
+__all__ = ["RealmTokenizer", "RealmTokenizerFast", "tokenizer_call", "tokenizer_lock"]

@@ -14,6 +14,7 @@ from transformers import Pipeline
 
 from ..modeling_realm import RealmForOpenQA, check_questions
 from ..provenance import answer_record, block_provenance
+from ..tokenization_realm import tokenizer_call
 from .answers import _best_spans
 from .inputs import _check_context, _is_dataset, _to_example, dataset_questions, is_hf_dataset
 from .options import map_classic_options
@@ -250,10 +251,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         results: list[dict | None] = [None] * len(questions)
         open_rows = [i for i, c in enumerate(contexts) if c is None]
         context_rows = [i for i, c in enumerate(contexts) if c is not None]
-        was_training = self.model.training
-        # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on.
-        self.model.eval()
-        try:
+        # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on; `evaluating`
+        # switches to eval mode in a way that concurrent calls cannot undo for each other.
+        with self.model.evaluating():
             if open_rows:
                 read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
                 for row, result in zip(open_rows, read):
@@ -264,14 +264,12 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 )
                 for row, result in zip(context_rows, read):
                     results[row] = result
-        finally:
-            self.model.train(was_training)
         # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
         return {"results": results}
 
     def _retrieve_and_read(self, questions: list[str], num_blocks: int | None) -> list[dict]:
         self.model.require_retriever()
-        encoded = self.tokenizer(questions, padding=True, return_tensors="pt").to(self.device)
+        encoded = tokenizer_call(self.tokenizer, questions, padding=True, return_tensors="pt").to(self.device)
         # `num_blocks` is a forward argument: the shared config is never changed, so concurrent calls are safe.
         out = self.model(
             input_ids=encoded["input_ids"],
@@ -305,10 +303,13 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     def _read_contexts(self, questions: list[str], contexts: list[str], doc_stride: int) -> list[dict]:
         config = self.model.config
         max_length = config.reader_seq_len
-        longest_question = max(len(self.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions)
+        longest_question = max(
+            len(tokenizer_call(self.tokenizer, q, add_special_tokens=False)["input_ids"]) for q in questions
+        )
         # The overlap must leave room for new context tokens in every window ([CLS] q [SEP] ... [SEP]).
         stride = max(0, min(doc_stride, (max_length - longest_question - 3) // 2))
-        encoded = self.tokenizer(
+        encoded = tokenizer_call(
+            self.tokenizer,
             questions,
             contexts,
             truncation="only_second",

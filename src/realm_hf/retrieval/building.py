@@ -245,16 +245,20 @@ def embed_corpus(
         raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer` before re-embedding.")
     if update_index is None:
         update_index = start is None and end is None
+    # One snapshot of the blocks for the whole call: documents added or removed meanwhile must not shift the rows
+    # between chunks, or between embedding them and building the index (the swap then refuses the stale state).
+    with retriever._lock:
+        corpus = retriever._corpus
     start = 0 if start is None else int(start)
-    end = retriever.num_blocks if end is None else int(end)
-    if not 0 <= start <= end <= retriever.num_blocks:
-        raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {retriever.num_blocks} blocks.")
-    if update_index and (start, end) != (0, retriever.num_blocks):
+    end = len(corpus) if end is None else int(end)
+    if not 0 <= start <= end <= len(corpus):
+        raise ValueError(f"Rows {start}:{end} are out of range for a corpus of {len(corpus)} blocks.")
+    if update_index and (start, end) != (0, len(corpus)):
         raise ValueError("update_index=True needs the whole corpus embedded (no start/end).")
     parts = []
 
     for chunk_start in range(start, end, chunk_size):
-        rows = retriever._corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
+        rows = corpus.titles_and_texts(chunk_start, min(chunk_start + chunk_size, end))
         parts.append(
             embed_blocks(
                 embedder,
@@ -270,22 +274,29 @@ def embed_corpus(
         )
     embeddings = torch.cat(parts) if parts else torch.empty(0, retriever.embedding_dim)
     if update_index:
-        state = retriever.build_index_state(
-            embeddings, embedder_fingerprint=fingerprint_module(embedder), train_size=train_size
+        state = build_index_state(
+            retriever, embeddings, fingerprint_module(embedder), train_size=train_size, corpus=corpus
         )
         retriever.swap_index_state(state)
     return embeddings
 
 
 def build_index_state(
-    retriever: RealmRetriever, embeddings, embedder_fingerprint: str | None, train_size: int | None
+    retriever: RealmRetriever,
+    embeddings,
+    embedder_fingerprint: str | None,
+    train_size: int | None,
+    corpus: BlockCorpus | None = None,
 ) -> RealmIndexState:
-    """[`RealmRetriever.build_index_state`]: only the snapshot of the live corpus is taken under the lock."""
+    """
+    [`RealmRetriever.build_index_state`]: only the snapshot of the live corpus is taken under the lock (or `corpus`,
+    the snapshot the embeddings were computed from, is used). Non-finite embeddings are refused by the index build.
+    """
     if isinstance(embeddings, torch.Tensor):
         embeddings = embeddings.detach().to("cpu", torch.float32).numpy()
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     with retriever._lock:
-        corpus, index_type = retriever._corpus, retriever.index_type
+        corpus, index_type = (corpus if corpus is not None else retriever._corpus), retriever.index_type
     if embeddings.ndim != 2 or len(embeddings) != len(corpus):
         raise ValueError(f"Got embeddings of shape {embeddings.shape} for a corpus of {len(corpus)} blocks.")
     if embeddings.shape[1] != retriever.embedding_dim:

@@ -9,6 +9,7 @@ import datasets
 import numpy as np
 
 from ..sentences import sentence_spans
+from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def block_spans(
     if max_block_length < 8:
         raise ValueError(f"max_block_length={max_block_length} is too small: blocks need room for a title and text.")
     title = title or ""
-    title_enc = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    title_enc = tokenizer_call(tokenizer, title, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     title_len = len(title_enc["input_ids"])
     max_title = max_block_length // 2
     if title_len > max_title:
@@ -63,7 +64,7 @@ def block_spans(
         title, title_len = short, cut
     budget = max_block_length - tokenizer.num_special_tokens_to_add(pair=True) - title_len
 
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    enc = tokenizer_call(tokenizer, text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     offsets = enc["offset_mapping"]
     n = len(offsets)
     if n == 0:

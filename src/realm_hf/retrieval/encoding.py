@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..progress import progress_bar
+from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,8 @@ def tokenize_blocks(
     titles = [""] * len(texts) if titles is None else [title or "" for title in titles]
     if len(titles) != len(texts):
         raise ValueError(f"Got {len(titles)} titles for {len(texts)} texts.")
-    return tokenizer(
+    return tokenizer_call(
+        tokenizer,
         titles,
         texts,
         padding=padding,

@@ -144,6 +144,37 @@ def _faiss_message(err: Exception) -> str:
     return last.split("Error: ", 1)[-1] if "Error: " in last else last
 
 
+def check_finite(embeddings: np.ndarray, ids: np.ndarray) -> None:
+    """
+    Refuse NaN/inf block embeddings with a `ValueError` naming the blocks. Every vector that enters an index passes
+    here ([`add_embeddings`]): FAISS would store them, and then every search either skips those blocks or returns
+    block id -1 for every question (NaN scores never rank).
+    """
+    finite = np.isfinite(embeddings).all(axis=1)
+    if finite.all():
+        return
+    bad = np.asarray(ids)[~finite]
+    raise ValueError(
+        f"{len(bad)} of {len(embeddings)} block embeddings contain NaN or inf (block ids {bad[:10].tolist()}"
+        f"{', ...' if len(bad) > 10 else ''}); they were not indexed. The embedder's outputs are not finite: its "
+        "weights diverged in training (check the loss for NaN; lower the learning rate or resume from an earlier "
+        "checkpoint), or its activations overflowed in fp16 (embed with dtype='bf16' or in fp32)."
+    )
+
+
+def add_embeddings(index: faiss.Index, embeddings: np.ndarray, ids: np.ndarray) -> None:
+    """Add block embeddings with their block ids to `index`, after [`check_finite`]: the one way vectors enter an index."""
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    check_finite(embeddings, ids)
+    index.add_with_ids(embeddings, ids)
+
+
+def _raise_if_not_finite(chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]) -> None:
+    for emb, ids in chunks():
+        check_finite(np.asarray(emb, dtype=np.float32), ids)
+
+
 def build_index(
     factory: str,
     dim: int,
@@ -182,6 +213,9 @@ def build_index(
                 if have >= train_size:
                     break
             sample = np.concatenate(parts)
+        if not np.isfinite(sample).all():
+            # Name the blocks (the sample has no ids) before k-means trains on NaNs.
+            _raise_if_not_finite(chunks)
         logger.info("Training %s index on %d vectors.", factory, len(sample))
         try:
             index.train(np.ascontiguousarray(sample, dtype=np.float32))
@@ -191,7 +225,7 @@ def build_index(
                 "need a simpler index (e.g. 'Flat' or 'HNSW32') or fewer centroids/codes."
             ) from None
     for emb, ids in chunks():
-        index.add_with_ids(np.ascontiguousarray(emb, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64))
+        add_embeddings(index, emb, ids)
     return index
 
 

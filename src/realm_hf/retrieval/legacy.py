@@ -12,6 +12,7 @@ import torch
 
 from ..constants import ALLOW_PICKLE_ENV, LEGACY_BLOCK_EMB_KEY, LEGACY_BLOCK_RECORDS
 from ..reader_inputs import find_answer_spans
+from ..tokenization_realm import tokenizer_call
 
 # Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
 _DECODE_CHUNK_ROWS = 1 << 20
@@ -99,7 +100,9 @@ def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answe
         retrieved_block_ids = retrieved_block_ids.detach().cpu().numpy()
     texts = retriever.get_block_texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
     question = tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
-    concat_inputs = tokenizer([question] * len(texts), texts, padding=True, truncation=True, max_length=max_length)
+    concat_inputs = tokenizer_call(
+        tokenizer, [question] * len(texts), texts, padding=True, truncation=True, max_length=max_length
+    )
     concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
     if answer_ids is None:
         return None, None, None, concat_inputs_tensors

@@ -13,7 +13,7 @@ import torch
 from .building import split_and_embed
 from .corpus import BlockCorpus, as_id_array
 from .encoding import fingerprint_module
-from .index import build_index, supports_remove
+from .index import add_embeddings, build_index, supports_remove
 
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
@@ -68,7 +68,7 @@ def add_blocks(retriever: RealmRetriever, columns: dict, embeddings: np.ndarray)
         # Everything that can fail comes before the first change to the live state.
         corpus = BlockCorpus(retriever._corpus.appended({"block_id": new_ids, **columns}, embeddings))
         index = retriever._index.owned_cpu_index()
-        index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), new_ids)
+        add_embeddings(index, embeddings, new_ids)
         retriever._corpus, retriever._index = corpus, retriever._index.replaced_by(index)
         retriever._next_block_id = int(new_ids[-1]) + 1
     return new_ids.tolist()
@@ -78,19 +78,21 @@ def remove_documents(retriever: RealmRetriever, doc_ids, block_ids) -> list[int]
     """[`RealmRetriever.remove_documents`]."""
     if doc_ids is None and block_ids is None:
         raise ValueError("Pass `doc_ids` and/or `block_ids` to remove.")
-    remove = np.zeros(retriever.num_blocks, dtype=bool)
-    if doc_ids is not None:
-        remove |= retriever._corpus.doc_mask(doc_ids)
-    if block_ids is not None:
-        rows = retriever._corpus.rows(as_id_array(block_ids).reshape(-1))
-        remove[rows[rows >= 0]] = True
-    removed = retriever._corpus.row_ids[remove]
-    if len(removed) == 0:
-        return []
-    if len(removed) == retriever.num_blocks:
-        raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
+    # The rows to remove are found under the lock too: blocks added meanwhile would shift them.
     with retriever._lock:
-        corpus = BlockCorpus(retriever.corpus.select(np.flatnonzero(~remove)))
+        live = retriever._corpus
+        remove = np.zeros(len(live), dtype=bool)
+        if doc_ids is not None:
+            remove |= live.doc_mask(doc_ids)
+        if block_ids is not None:
+            rows = live.rows(as_id_array(block_ids).reshape(-1))
+            remove[rows[rows >= 0]] = True
+        removed = live.row_ids[remove]
+        if len(removed) == 0:
+            return []
+        if len(removed) == len(live):
+            raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
+        corpus = BlockCorpus(live.dataset.select(np.flatnonzero(~remove)))
         if supports_remove(retriever.index):
             index = retriever._index.owned_cpu_index()
             index.remove_ids(np.ascontiguousarray(removed, dtype=np.int64))

@@ -177,7 +177,13 @@ class RealmRetriever:
         return self._corpus.texts(block_ids)
 
     def search(
-        self, question_embeddings, k: int = 5, return_blocks: bool = True, rerank_factor: int = 1, **search_params
+        self,
+        question_embeddings,
+        k: int = 5,
+        return_blocks: bool = True,
+        rerank_factor: int = 1,
+        return_embeddings: bool = False,
+        **search_params,
     ) -> RealmSearchOutput:
         """
         Top-`k` blocks by inner product for a batch of question embeddings, in one FAISS call.
@@ -190,13 +196,20 @@ class RealmRetriever:
             rerank_factor (`int`, defaults to 1): For compressed indexes (PQ/SQ), fetch `k * rerank_factor`
                 candidates and keep the best `k` by exact inner product with the stored embeddings (PQ recall
                 plateaus without this). Ignored by exact-code indexes (Flat, HNSW, IVF-Flat).
+            return_embeddings (`bool`, defaults to `False`): Also return the retrieved blocks' stored embeddings
+                (`block_embeddings`), looked up in the same locked step as the search: with documents added or
+                the index swapped meanwhile, ids, scores, blocks and embeddings still come from one state (a later
+                [`~RealmRetriever.get_block_embeddings`] call could see another).
             search_params: Search-time parameters for this call only, restored afterwards: `nprobe` (IVF),
                 `efSearch` (HNSW), `quantizer_efSearch` (IVF with an HNSW quantizer).
 
         Returns:
-            [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`) and `blocks`.
+            [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`), `blocks` and `block_embeddings`.
+            NaN/inf question embeddings are refused with a `ValueError`.
         """
-        return searching.search(self, question_embeddings, k, return_blocks, rerank_factor, search_params)
+        return searching.search(
+            self, question_embeddings, k, return_blocks, rerank_factor, search_params, return_embeddings
+        )
 
     def __call__(self, retrieved_block_ids, question_input_ids, answer_ids, max_length=None, return_tensors="pt"):
         """

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
-from .index import is_exact, normalize_search_params
+from .index import get_search_param, is_exact, normalize_search_params
 
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
@@ -26,7 +26,7 @@ class RealmSearchOutput(ModelOutput):
     Args:
         block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
             Corpus ids of the retrieved blocks, best first. `-1` where an approximate index found fewer than `k`
-            blocks (raise `nprobe`/`efSearch`).
+            blocks (raise `nprobe`/`efSearch`; the logged warning names the cause).
         scores (`torch.FloatTensor` of shape `(batch_size, k)`):
             Inner products question · block, descending (`-inf` for missing results). For compressed indexes
             (PQ, SQ) the candidates are re-scored with the stored float32 block embeddings, so the scores are
@@ -34,15 +34,25 @@ class RealmSearchOutput(ModelOutput):
         blocks (`list[list[dict]]`):
             For each question, the `k` blocks as dicts with `block_id`, `title`, `text`, `score` and the corpus's
             metadata columns (e.g. `doc_id`).
+        block_embeddings (`torch.FloatTensor` of shape `(batch_size, k, dim)`, *optional*):
+            The stored embeddings of the retrieved blocks (zeros for `-1`), from the same state of the corpus as
+            `block_ids`, when asked for with `return_embeddings=True` (what the model re-scores them with).
     """
 
     block_ids: torch.LongTensor | None = None
     scores: torch.FloatTensor | None = None
     blocks: list[list[dict]] | None = None
+    block_embeddings: torch.FloatTensor | None = None
 
 
 def search(
-    retriever: RealmRetriever, question_embeddings, k: int, return_blocks: bool, rerank_factor: int, search_params
+    retriever: RealmRetriever,
+    question_embeddings,
+    k: int,
+    return_blocks: bool,
+    rerank_factor: int,
+    search_params,
+    return_embeddings: bool = False,
 ) -> RealmSearchOutput:
     """[`RealmRetriever.search`]."""
     if isinstance(question_embeddings, torch.Tensor):
@@ -52,31 +62,55 @@ def search(
         queries = queries[None]
     if queries.ndim != 2:
         raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+    check_finite_queries(queries)
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}.")
+    params = normalize_search_params(search_params)
+    # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups, so
+    # ids, scores, blocks and stored embeddings all come from one state of the corpus and index.
+    with retriever._lock:
+        check_query_shape(retriever, queries, k)
+        exact = is_exact(retriever.index)
+        fetch = k if exact else min(retriever.num_blocks, k * max(1, int(rerank_factor)))
+        scores, ids = retriever._index.search(queries, fetch, params)
+        return finish_search(retriever, queries, scores, ids, k, exact, return_blocks, return_embeddings)
+
+
+def check_finite_queries(queries: np.ndarray) -> None:
+    """Refuse NaN/inf question embeddings: FAISS would answer them with no block at all (ids -1)."""
+    bad = ~np.isfinite(queries).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum())} of {len(queries)} question embeddings contain NaN or inf (rows "
+            f"{np.flatnonzero(bad)[:10].tolist()}): the question embedder's weights have diverged (NaN/inf after "
+            "training: lower the learning rate, resume from an earlier checkpoint) or its activations overflowed in "
+            "fp16 (run it in fp32 or bf16)."
+        )
+
+
+def check_query_shape(retriever: RealmRetriever, queries: np.ndarray, k: int) -> None:
+    """Refuse question embeddings of another dimension and a `k` above the corpus size (the caller holds the lock)."""
     if queries.shape[1] != retriever.embedding_dim:
         raise ValueError(
             f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
             f"of projection size {retriever.embedding_dim} (retriever_proj_size={retriever.embedding_dim}). Use the "
             "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
         )
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}.")
     if k > retriever.num_blocks:
         raise ValueError(
             f"k={k} is larger than the number of blocks in the corpus ({retriever.num_blocks}): ask for at most "
             f"{retriever.num_blocks}."
         )
-    params = normalize_search_params(search_params)
-    # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups.
-    with retriever._lock:
-        exact = is_exact(retriever.index)
-        fetch = k if exact else min(retriever.num_blocks, k * max(1, int(rerank_factor)))
-        scores, ids = retriever._index.search(queries, fetch, params)
-        return finish_search(retriever, queries, scores, ids, k, exact, return_blocks)
 
 
-def finish_search(retriever: RealmRetriever, queries, scores, ids, k, exact, return_blocks) -> RealmSearchOutput:
-    """Re-score compressed-index candidates, mark missing results and look the blocks up (the caller holds the lock)."""
+def finish_search(
+    retriever: RealmRetriever, queries, scores, ids, k, exact, return_blocks, return_embeddings=False
+) -> RealmSearchOutput:
+    """
+    Re-score compressed-index candidates, mark missing results and look the blocks (and, if asked, their stored
+    embeddings) up. The caller holds the lock.
+    """
     ids = ids.astype(np.int64, copy=False)
     if not exact:
         # Compressed codes give approximate scores: re-score with the stored float32 vectors.
@@ -88,13 +122,7 @@ def finish_search(retriever: RealmRetriever, queries, scores, ids, k, exact, ret
     missing = ids < 0
     if missing.any():
         scores = np.where(missing, -np.inf, scores)
-        logger.warning(
-            "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. "
-            "Raise `nprobe` (IVF) or `efSearch` (HNSW).",
-            retriever.index_type,
-            k,
-            int(missing.any(axis=1).sum()),
-        )
+        warn_missing_results(retriever, k, int(missing.any(axis=1).sum()))
     scores = np.ascontiguousarray(scores, dtype=np.float32)
     blocks = None
     if return_blocks:
@@ -102,4 +130,30 @@ def finish_search(retriever: RealmRetriever, queries, scores, ids, k, exact, ret
         for row_blocks, row_scores in zip(blocks, scores.tolist()):
             for block, score in zip(row_blocks, row_scores):
                 block["score"] = score
-    return RealmSearchOutput(block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks)
+    embeddings = None
+    if return_embeddings:
+        embeddings = torch.from_numpy(retriever._corpus.embeddings(ids, retriever.embedding_dim))
+    return RealmSearchOutput(
+        block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks, block_embeddings=embeddings
+    )
+
+
+def warn_missing_results(retriever: RealmRetriever, k: int, num_questions: int) -> None:
+    """Say why an index returned fewer than `k` blocks; the nprobe/efSearch hint only where those are the cause."""
+    tunable = [name for name in ("nprobe", "efSearch") if get_search_param(retriever.index, name) is not None]
+    if tunable:
+        cause = "The search visited too few candidates: raise " + " or ".join(f"`{name}`" for name in tunable) + "."
+    else:
+        # Exhaustive indexes score every stored vector: only non-finite stored vectors (refused since they were
+        # written, but possible in an index saved by an older version or corrupted) drop results.
+        cause = (
+            "This index scores every stored vector, so its stored vectors must be NaN/inf or corrupt: rebuild it "
+            "(`retriever.embed_corpus(embedder)`) with an embedder whose outputs are finite."
+        )
+    logger.warning(
+        "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. %s",
+        retriever.index_type,
+        k,
+        num_questions,
+        cause,
+    )

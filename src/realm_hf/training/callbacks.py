@@ -10,6 +10,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import TrainerCallback
 
@@ -59,8 +60,10 @@ class RealmReindexCallback(TrainerCallback):
     Every `refresh_steps` optimizer steps the callback snapshots the document embedder (a copy of its weights at
     that step), re-embeds the whole corpus with the snapshot in a background worker, builds a new index of the
     same type, and swaps it in atomically at the end of the first training step after it is ready. Training keeps
-    using the old index meanwhile; the delay between snapshot and swap (in steps) is logged as `staleness`. If a
-    refresh fails, the error is logged and training continues on the old index.
+    using the old index meanwhile; the delay between snapshot and swap (in steps) is logged as `staleness`. A refresh
+    is checked before the swap (every embedding finite, one per block, the live index's dimension); if it fails,
+    the error is logged with what to do, counted in `failed_refreshes` (logged as `reindex/failed_refreshes`), and
+    training continues on the old index.
 
     With several processes (`accelerate launch`, DDP) each process embeds its share of the corpus; the shares are
     gathered over a separate gloo group so every process swaps in the same index at the same step.
@@ -220,7 +223,8 @@ class RealmReindexCallback(TrainerCallback):
         """Worker: embed this process's share of the corpus, gather the shares, build the new index state."""
         from ..retrieval.encoding import fingerprint_module
 
-        num_blocks = len(self.retriever)
+        block_ids = self.retriever.block_ids
+        num_blocks = len(block_ids)
         bounds = [num_blocks * r // world_size for r in range(world_size + 1)]
         start, end = bounds[rank], bounds[rank + 1]
         embeddings = self.retriever.embed_corpus(
@@ -233,7 +237,31 @@ class RealmReindexCallback(TrainerCallback):
         )
         if world_size > 1:
             embeddings = self._gather(embeddings, bounds)
-        return self.retriever.build_index_state(embeddings, embedder_fingerprint=fingerprint_module(snapshot))
+        state = self.retriever.build_index_state(embeddings, embedder_fingerprint=fingerprint_module(snapshot))
+        # Block ids are never reused, so equal ids before and after mean every embedded row is still the same block.
+        if not np.array_equal(state.block_ids, block_ids):
+            raise ValueError(
+                "Documents were added or removed while the refresh embedded the corpus; the next refresh includes "
+                "them."
+            )
+        return state
+
+    def _check_state(self, state) -> None:
+        """Refuse a refreshed index that the model could not search: checked before the swap, never after."""
+        dim, live_dim = int(state.index.d), self.retriever.embedding_dim
+        if dim != live_dim:
+            raise ValueError(
+                f"The refreshed embeddings have dimension {dim} but the live index, which the model's question "
+                f"embedder searches, has {live_dim}: the document embedder projects to another size than the question "
+                "embedder (`config.retriever_proj_size`). Give both embedders the same projection size; to change "
+                "the dimension on purpose, re-embed the corpus once with `retriever.embed_corpus(embedder)` and "
+                "train with a matching question embedder."
+            )
+        if not state.index.ntotal == len(state.corpus) == len(state.block_ids):
+            raise ValueError(
+                f"The refreshed index holds {state.index.ntotal} vectors for {len(state.block_ids)} blocks "
+                f"({len(state.corpus)} corpus rows); it is incomplete."
+            )
 
     def _gather(self, embeddings: torch.Tensor, bounds: list[int]) -> torch.Tensor:
         # all_gather needs equal shapes: pad every share to the largest, then cut each back.
@@ -259,10 +287,20 @@ class RealmReindexCallback(TrainerCallback):
         step = global_step if global_step is not None else snapshot_step
         try:
             state = future.result()  # waits when called right after _start (refresh_now)
+            self._check_state(state)
             self.retriever.swap_index_state(state)
         except Exception as error:  # a failed refresh must never stop training
             self.failed_refreshes += 1
-            logger.error("Index refresh from step %d failed; keeping the old index: %r", snapshot_step, error)
+            logger.error(
+                "Index refresh from step %d failed (%d failed so far); training continues on the old index (last "
+                "refreshed at step %s) and the next refresh is tried in %d steps. %s: %s",
+                snapshot_step,
+                self.failed_refreshes,
+                self.last_refresh_step,
+                self.refresh_steps,
+                type(error).__name__,
+                error,
+            )
             record = {"reindex/failed": 1.0, "reindex/snapshot_step": float(snapshot_step), "step": step}
             self.history.append({**record, "error": repr(error)})
             self._pending_logs.update({"reindex/failed_refreshes": float(self.failed_refreshes)})

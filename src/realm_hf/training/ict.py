@@ -15,6 +15,7 @@ from transformers.utils import ModelOutput
 from ..configuration_realm import RealmConfig
 from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
 from ..sentences import split_sentences
+from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class DataCollatorForInverseClozeTask:
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         pairs = [self.build_pair(example) for example in examples]
-        queries = self.tokenizer(
+        queries = tokenizer_call(
+            self.tokenizer,
             [pair["query"] for pair in pairs],
             padding=True,
             truncation=True,

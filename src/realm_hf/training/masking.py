@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from ..tokenization_realm import tokenizer_call
+
 __all__ = ["DataCollatorForSalientSpanMasking", "find_dates_and_numbers"]
 
 _MONTH = (
@@ -227,7 +229,8 @@ class DataCollatorForSalientSpanMasking:
         to_tokenize = [i for i, ex in enumerate(examples) if "input_ids" not in ex]
         if to_tokenize:
             texts = [examples[i][self.text_column] for i in to_tokenize]
-            batch = self.tokenizer(
+            batch = tokenizer_call(
+                self.tokenizer,
                 texts,
                 truncation=True,
                 max_length=self.max_length,

@@ -12,6 +12,7 @@ from transformers import Trainer
 
 from ..modeling_realm import check_questions
 from ..progress import progress_bar
+from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class DataCollatorForOpenQA:
     def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
         questions = [example[self.question_column] for example in examples]
         check_questions(questions, self.tokenizer, self.max_question_length)
-        batch = dict(self.tokenizer(questions, padding=True, return_tensors="pt"))
+        batch = dict(tokenizer_call(self.tokenizer, questions, padding=True, return_tensors="pt"))
         batch["questions"] = questions
         if all(self.answers_column in example for example in examples):
             answers = []
@@ -97,7 +98,7 @@ def evaluate_openqa(
                     # The reader's own retrieval already covers the deepest cut-off.
                     retrieved_texts.extend([[b["text"] for b in result["retrieved"]] for result in results])
                     continue
-                inputs = tokenizer(chunk, padding=True, return_tensors="pt").to(model.device)
+                inputs = tokenizer_call(tokenizer, chunk, padding=True, return_tensors="pt").to(model.device)
                 embeddings = model.embed_questions(
                     inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
                 )
