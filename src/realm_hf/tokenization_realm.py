@@ -5,6 +5,8 @@ from __future__ import annotations
 from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
 
+from .auto_map import prepare_save, tokenizer_auto_map, write_auto_module
+
 
 class RealmTokenizer(BertTokenizer):
     r"""
@@ -26,6 +28,19 @@ class RealmTokenizer(BertTokenizer):
     >>> batch.input_ids.shape
     torch.Size([2, 2, 10])
     ```"""
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """
+        [`~transformers.PreTrainedTokenizerBase.save_pretrained`], plus an `auto_map` in `tokenizer_config.json` and
+        the small `realm_hf_auto.py` it names, so that `AutoTokenizer` without `import realm_hf` points to realm-hf
+        instead of building a generic tokenizer (see `realm_hf/auto_map.py` and docs/hub.md).
+        """
+        prepare_save(self)
+        # transformers writes a tokenizer's `_auto_map` as the `auto_map` of tokenizer_config.json.
+        self._auto_map = tokenizer_auto_map()
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        write_auto_module(save_directory)
+        return files
 
     def batch_encode_candidates(self, text, **kwargs) -> BatchEncoding:
         r"""

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
+from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text
-from .handwritten import AUTO_END, AUTO_START, ParsedCard, merge_metadata, parse_card
-from .metadata import DEFAULT_TAGS, as_list, model_index_entry, normalize_eval_results, size_category, unique
+from .handwritten import merge_metadata, parse_card, restore_handwritten
+from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
 from .sections import (
     DESCRIPTION,
     DESCRIPTION_ONE_REPO,
@@ -25,6 +26,8 @@ from .sections import (
     usage_section,
     versions_section,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Model id used in the usage snippet when none is known; replace it with a repo id or local path.
 USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"
@@ -43,7 +46,7 @@ def generate_model_card(
     *,
     model_id: str | None = None,
     model_name: str | None = None,
-    license: str | None = "apache-2.0",
+    license: str | None = None,
     language: str | list[str] | None = None,
     tags: list[str] | None = None,
     example_question: str = DEFAULT_EXAMPLE_QUESTION,
@@ -61,7 +64,8 @@ def generate_model_card(
         eval_results (`dict` or `list[dict]`, *optional*): Evaluation results. Either a flat dict of metrics
             (`{"exact_match": 40.4, "f1": 46.1, "recall@5": 61.0}`, as `compute_qa_metrics`/`recall_at_k` return;
             an `eval_` prefix is dropped, counts and runtimes are skipped), described by `eval_dataset`; or a list of
-            `{"dataset": {"name", "type", "split"}, "metrics": {...}}`, one per evaluation set.
+            `{"dataset": {"name", "type", "split"}, "metrics": {...}}`, one per evaluation set. Results whose dataset
+            is known become `EvalResult` entries (`model-index`); the others are listed in the card's table only.
         training_args (`TrainingArguments` or `dict`, *optional*): Training settings to list.
         base_model (`str` or `list[str]`, *optional*): The checkpoint(s) it was fine-tuned from.
         datasets (`str` or `list[str]`, *optional*): Training dataset ids.
@@ -69,7 +73,7 @@ def generate_model_card(
         model_id (`str`, *optional*): Repo id or path in the usage snippet (default: a placeholder,
             `USAGE_MODEL_PLACEHOLDER`).
         model_name (`str`, *optional*): Title and `model-index` name (default: last part of `model_id`).
-        license (`str`, *optional*, defaults to `"apache-2.0"`): License id.
+        license (`str`, *optional*): License id (a Hub license identifier); none is written unless given.
         language (`str` or `list[str]`, *optional*): Language code(s).
         tags (`list[str]`, *optional*): Tags added to the default ones.
         example_question (`str`, *optional*): Question used in the usage snippet.
@@ -81,7 +85,7 @@ def generate_model_card(
             [`write_model_card`] reads it from the directory.
 
     Returns:
-        `str`: The README.md text.
+        `str`: The README.md text (a `huggingface_hub.ModelCard` rendered to text).
     """
     if retriever is None and model is not None:
         retriever = getattr(model, "retriever", None)
@@ -91,18 +95,17 @@ def generate_model_card(
     datasets = as_list(datasets)
     results = normalize_eval_results(eval_results, eval_dataset, datasets)
 
-    metadata: dict[str, Any] = {"library_name": "realm-hf", "pipeline_tag": "question-answering"}
-    if license:
-        metadata["license"] = license
-    if language:
-        metadata["language"] = as_list(language)
-    metadata["tags"] = unique(DEFAULT_TAGS + list(tags or []))
-    if datasets:
-        metadata["datasets"] = datasets
-    if base_model:
-        metadata["base_model"] = base_model if isinstance(base_model, str) else list(base_model)
-    if results:
-        metadata["model-index"] = [{"name": model_name, "results": [model_index_entry(r) for r in results]}]
+    if previous is not None and previous.inherited_tags:
+        tags = list(tags or []) + previous.inherited_tags
+    data = model_card_data(
+        model_name=model_name,
+        results=results,
+        license=license,
+        language=language,
+        tags=tags,
+        datasets=datasets,
+        base_model=base_model,
+    )
 
     reference = getattr(getattr(model, "config", None), "retriever_repo_id", None)
     has_corpus = retriever is not None or bool(retriever_manifest)
@@ -122,7 +125,7 @@ def generate_model_card(
             sections["training"] = previous.sections["Training"]
         if not results and previous.sections.get("Evaluation"):
             sections["evaluation"] = previous.sections["Evaluation"]
-    return render("model_card.md", metadata, sections, previous)
+    return render(ModelCard, "model_card.md", data, sections, previous)
 
 
 def write_model_card(save_directory: str | os.PathLike, model=None, retriever=None, **kwargs) -> str:
@@ -179,18 +182,12 @@ def generate_corpus_card(
     """
     previous = parse_card(existing_readme) if existing_readme else None
     repo_id = repo_id or "your-username/realm-corpus"
-    metadata: dict[str, Any] = {}
-    if license:
-        metadata["license"] = license
-    metadata["tags"] = unique(["realm", "retrieval", "faiss", "knowledge-corpus"] + list(tags or []))
     info = corpus_info(retriever, manifest)
-    if info.get("num_blocks") is not None:
-        metadata["size_categories"] = [size_category(info["num_blocks"])]
     subfolder = (subfolder or "").strip("/")
+    shards = None
     if (manifest or {}).get("corpus_format", "parquet") == "parquet":
-        # Lets the Hub's dataset viewer show the blocks.
         shards = f"{subfolder}/corpus/*.parquet" if subfolder else "corpus/*.parquet"
-        metadata["configs"] = [{"config_name": "default", "data_files": [{"split": "train", "path": shards}]}]
+    data = corpus_card_data(license=license, tags=tags, num_blocks=info.get("num_blocks"), data_files=shards)
     usage = (
         "Use it as the knowledge corpus of a REALM model (saved in the model's `config.json`, followed by "
         "`RealmForOpenQA.from_pretrained`):\n\n"
@@ -217,7 +214,7 @@ def generate_corpus_card(
         "usage": usage,
         "versions": versions_section(),
     }
-    return render("corpus_card.md", metadata, sections, previous)
+    return render(DatasetCard, "corpus_card.md", data, sections, previous)
 
 
 def write_corpus_card(save_directory: str | os.PathLike, retriever, **kwargs) -> str:
@@ -239,28 +236,26 @@ def extract_code_blocks(text: str, language: str = "python") -> list[str]:
     return re.findall(rf"```{re.escape(language)}\n(.*?)```", text, re.DOTALL)
 
 
-def render(template_name: str, metadata: dict, sections: dict, previous: ParsedCard | None) -> str:
-    merged, hashes = merge_metadata(metadata, previous)
+def render(card_class: type[RepoCard], template_name: str, data: CardData, sections: dict, previous) -> str:
+    """
+    Fill a template with `sections`, merge `data` with the previous card's metadata (hand-edited keys win), put the
+    hand-written text back, and return the card as `huggingface_hub` writes it.
+    """
+    merged, hashes = merge_metadata(data.to_dict(), previous)
+    try:
+        # The library's own reading of the metadata: a hand-edited `model-index` is checked here.
+        merged_data = card_class.card_data_class(**merged)
+    except ValueError as err:
+        logger.warning("Card metadata kept as written (%s).", err)
+        card_class, merged_data = RepoCard, CardData(**merged)
     with open(os.path.join(_TEMPLATE_DIR, template_name), encoding="utf-8") as f:
         template = f.read()
     values = dict(sections)
-    values["metadata"] = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True, width=1000).strip()
+    values["card_data"] = merged_data.to_yaml(original_order=list(merged))
     values["generated"] = json.dumps(hashes, sort_keys=True)
     text = re.sub(
         r"\{\{ (\w+) \}\}", lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template
     )
-    if previous is None:
-        return text
-    # Put the hand-written text back around the generated block.
-    front, body = text.split("\n---\n", 1)
-    start = body.index(AUTO_START)
-    end = body.index(AUTO_END) + len(AUTO_END)
-    parts = [front + "\n---\n"]
-    if previous.before:
-        parts.append("\n" + previous.before + "\n\n")
-    else:
-        parts.append(body[:start])
-    parts.append(body[start:end] + "\n")
-    if previous.after:
-        parts.append("\n" + previous.after + "\n")
-    return "".join(parts)
+    if previous is not None:
+        text = restore_handwritten(text, previous)
+    return str(card_class(text))

@@ -8,29 +8,48 @@ import logging
 import re
 
 import yaml
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 logger = logging.getLogger(__name__)
 
 AUTO_START = "<!-- realm-hf:auto-start"
 AUTO_END = "<!-- realm-hf:auto-end -->"
 AUTO_START_RE = re.compile(r"<!-- realm-hf:auto-start(?P<payload>.*?)-->", re.DOTALL)
+# How the draft card of `transformers.Trainer.create_model_card` is recognised.
+TRAINER_TAG = "generated_from_trainer"
+TRAINER_CARD_COMMENT = "This model card has been generated automatically according to the information the Trainer had"
 
 
 class ParsedCard:
-    def __init__(self, metadata: dict, before: str, after: str, generated_hashes: dict, sections: dict):
+    """
+    An existing card taken apart: its metadata, the text before and after the generated block, the hashes of the
+    metadata values realm-hf generated last time, the generated sections, and tags to carry into the new card.
+    """
+
+    def __init__(
+        self,
+        metadata: dict,
+        before: str,
+        after: str,
+        generated_hashes: dict,
+        sections: dict,
+        inherited_tags: list | None = None,
+    ):
         self.metadata = metadata
         self.before = before
         self.after = after
         self.generated_hashes = generated_hashes
         self.sections = sections
+        self.inherited_tags = inherited_tags or []
 
 
 def split_front_matter(text: str) -> tuple[dict, str]:
-    match = re.match(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)", text, re.DOTALL)
+    """The YAML metadata (found as `huggingface_hub`'s cards find it) and the text after it."""
+    match = REGEX_YAML_BLOCK.search(text)
     if not match:
         return {}, text
     try:
-        metadata = yaml.safe_load(match.group(1)) or {}
+        metadata = yaml.safe_load(match.group(2)) or {}
     except yaml.YAMLError:
         logger.warning("The existing README's YAML metadata does not parse; it is replaced by generated metadata.")
         metadata = {}
@@ -41,6 +60,8 @@ def split_front_matter(text: str) -> tuple[dict, str]:
 
 def parse_card(text: str) -> ParsedCard:
     metadata, body = split_front_matter(text)
+    if is_trainer_card(metadata, body):
+        return _from_trainer_card(metadata)
     start = AUTO_START_RE.search(body)
     end = body.find(AUTO_END, start.end()) if start else -1
     if not start or end < 0:
@@ -58,6 +79,24 @@ def parse_card(text: str) -> ParsedCard:
         hashes if isinstance(hashes, dict) else {},
         split_sections(block),
     )
+
+
+def is_trainer_card(metadata: dict, body: str) -> bool:
+    """Whether a README is the draft card `transformers.Trainer.create_model_card` writes (generated, not by hand)."""
+    tags = metadata.get("tags") or []
+    return TRAINER_TAG in (tags if isinstance(tags, list) else [tags]) or TRAINER_CARD_COMMENT in body
+
+
+def _from_trainer_card(metadata: dict) -> ParsedCard:
+    # transformers' draft card is generated text, so none of it is kept as hand-written: its body goes, and its
+    # metadata counts as generated (realm-hf's values replace it), except the tags given to the Trainer, which are
+    # carried over, and license/base_model/datasets it knew, which stay unless realm-hf knows better.
+    kept = {key: value for key, value in metadata.items() if key not in ("library_name", "tags")}
+    if not any((entry or {}).get("results") for entry in kept.get("model-index") or []):
+        kept.pop("model-index", None)  # `results: []`: nothing to keep
+    tags = metadata.get("tags") or []
+    inherited = [tag for tag in (tags if isinstance(tags, list) else [tags]) if tag != TRAINER_TAG]
+    return ParsedCard(kept, "", "", {key: value_hash(value) for key, value in kept.items()}, {}, inherited)
 
 
 def split_sections(block: str) -> dict[str, str]:
@@ -98,6 +137,22 @@ def merge_metadata(generated: dict, previous: ParsedCard | None) -> tuple[dict, 
         else:
             merged[key] = value  # added or edited by hand
     return merged, hashes
+
+
+def restore_handwritten(text: str, previous: ParsedCard) -> str:
+    """Put the previous card's hand-written text back around the generated block of a freshly rendered card."""
+    front, body = text.split("\n---\n", 1)
+    start = body.index(AUTO_START)
+    end = body.index(AUTO_END) + len(AUTO_END)
+    parts = [front + "\n---\n"]
+    if previous.before:
+        parts.append("\n" + previous.before + "\n\n")
+    else:
+        parts.append(body[:start])
+    parts.append(body[start:end] + "\n")
+    if previous.after:
+        parts.append("\n" + previous.after + "\n")
+    return "".join(parts)
 
 
 def parse_card_metadata(text: str) -> dict:

@@ -189,14 +189,20 @@ def evaluation_section(results: list[dict]) -> str:
         return "_No evaluation results were recorded with this save._"
     rows = []
     for result in results:
-        dataset = result["dataset"]
+        dataset = result["dataset"] or {"name": "(not named)"}
         for metric, value in result["metrics"].items():
             rows.append((dataset.get("name", ""), dataset.get("split", ""), metric_name(metric), format_value(value)))
-    return (
+    text = (
         table(("Dataset", "Split", "Metric", "Value"), rows)
         + "\n\nExact match and F1 use the SQuAD answer normalisation; recall@k is the share of questions with a gold "
         "block (or answer) among the top k retrieved blocks."
     )
+    if any(result["dataset"] is None for result in results):
+        text += (
+            " Results on a set that was not named are not in the `model-index` metadata: name it (`eval_dataset=` of "
+            "`write_model_card`, or `dataset_tags=`/`dataset=` of the Trainer's `create_model_card`) to publish them."
+        )
+    return text
 
 
 def versions_section() -> str:
