@@ -460,11 +460,12 @@ def test_push_and_load_through_a_local_hub(saved, local_hub, monkeypatch):
 def test_hand_written_readme_on_the_hub_survives_a_push(saved, local_hub):
     from huggingface_hub import HfApi
 
-    push_to_hub(saved[0], "realm-test/card", save_retriever=False)
+    push_to_hub(saved[0], "realm-test/card", save_retriever=False, model_card_kwargs={"license": "apache-2.0"})
     readme = HfApi().hf_hub_download("realm-test/card", "README.md")
     text = open(readme).read().replace("license: apache-2.0", "license: mit") + "\n## Notes\n\nWritten on the Hub.\n"
     HfApi().upload_file(path_or_fileobj=text.encode(), path_in_repo="README.md", repo_id="realm-test/card")
-    push_to_hub(saved[0], "realm-test/card", save_retriever=False, model_card_kwargs={"eval_results": {"f1": 55.0}})
+    card_kwargs = {"eval_results": {"f1": 55.0}, "eval_dataset": {"name": "FOLDOC links", "type": "foldoc-links"}}
+    push_to_hub(saved[0], "realm-test/card", save_retriever=False, model_card_kwargs=card_kwargs)
     card = open(HfApi().hf_hub_download("realm-test/card", "README.md")).read()
     assert "Written on the Hub." in card and card.count("## Notes") == 1
     metadata = parse_card_metadata(card)
@@ -565,9 +566,8 @@ def test_push_to_hub_uploads_one_repo_that_loads_back(saved, tmp_path, monkeypat
     readme = "---\nlicense: mit\n---\n\n# My REALM\n\nHand-written notes that must survive.\n"
     hub = RecordingHub(tmp_path, readme=readme)
     hub.install(monkeypatch)
-    assert push_to_hub(model, "realm-test/pushed", model_card_kwargs={"eval_results": {"exact_match": 50.0}}) == (
-        "commit-info"
-    )
+    card_kwargs = {"eval_results": {"exact_match": 50.0}, "datasets": ["foldoc-links"]}
+    assert push_to_hub(model, "realm-test/pushed", model_card_kwargs=card_kwargs) == "commit-info"
     (upload,) = hub.uploads
     files = _files(upload["folder"])
     for expected in [

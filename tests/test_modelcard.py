@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 
 import pytest
@@ -20,6 +21,7 @@ from realm_hf.modelcard import (
     write_model_card,
 )
 
+FOLDOC_SET = {"name": "FOLDOC links", "type": "foldoc-links", "split": "test"}
 EVAL = {"eval_exact_match": 40.4, "eval_f1": 46.25, "recall@5": 61.0, "exact_match_count": 4, "total": 10}
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,12 +49,13 @@ def test_yaml_metadata_parses_and_carries_eval_results(saved):
         model_id="realm-test/tiny",
         language="en",
         tags=["foldoc"],
+        license="cc-by-sa-4.0",
     )
     metadata = _front_matter(card)
     assert metadata == parse_card_metadata(card)
     assert metadata["library_name"] == "realm-hf"
     assert metadata["pipeline_tag"] == "question-answering"
-    assert metadata["license"] == "apache-2.0"
+    assert metadata["license"] == "cc-by-sa-4.0"
     assert metadata["language"] == ["en"]
     assert {"realm", "retrieval-augmented", "open-domain-qa", "foldoc"} <= set(metadata["tags"])
     assert metadata["datasets"] == ["foldoc-links"]
@@ -114,7 +117,9 @@ def test_training_arguments_object(saved, tmp_path):
 def test_hand_written_text_and_metadata_survive_resaves(saved, tmp_path):
     model = saved[0]
     path = str(tmp_path)
-    write_model_card(path, model=model, eval_results={"exact_match": 30.0}, model_id="realm-test/tiny")
+    write_model_card(
+        path, model=model, eval_results={"exact_match": 30.0}, model_id="realm-test/tiny", license="apache-2.0"
+    )
     readme = os.path.join(path, "README.md")
     card = open(readme).read()
     # A person edits the card: prose above and below the generated block, a changed and an added metadata key.
@@ -124,7 +129,9 @@ def test_hand_written_text_and_metadata_survive_resaves(saved, tmp_path):
     open(readme, "w").write(card)
 
     # Re-save with new evaluation results and again without any.
-    write_model_card(path, model=model, eval_results={"exact_match": 35.5}, model_id="realm-test/tiny")
+    write_model_card(
+        path, model=model, eval_results={"exact_match": 35.5}, eval_dataset=FOLDOC_SET, model_id="realm-test/tiny"
+    )
     write_model_card(path, model=model, model_id="realm-test/tiny")
     card = open(readme).read()
     metadata = parse_card_metadata(card)
@@ -143,11 +150,11 @@ def test_hand_written_text_and_metadata_survive_resaves(saved, tmp_path):
 
 def test_deleted_generated_key_stays_deleted(saved, tmp_path):
     path = str(tmp_path)
-    write_model_card(path, model=saved[0])
+    write_model_card(path, model=saved[0], license="apache-2.0")
     readme = os.path.join(path, "README.md")
     card = open(readme).read().replace("license: apache-2.0\n", "")
     open(readme, "w").write(card)
-    write_model_card(path, model=saved[0])
+    write_model_card(path, model=saved[0], license="apache-2.0")
     assert "license" not in parse_card_metadata(open(readme).read())
 
 
@@ -199,3 +206,212 @@ def test_corpus_card(saved):
     assert 'set_retriever_reference(model.config, "realm-test/corpus")' in card
     kept = generate_corpus_card(saved[0].retriever, existing_readme=card.replace(AUTO_END, AUTO_END + "\n\nMine.\n"))
     assert kept.count("Mine.") == 1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The card is realm-hf's wherever it is written (issue 14): huggingface_hub's ModelCard, the Trainer, config.json
+# --------------------------------------------------------------------------------------------------------------------
+
+QUESTIONS = [
+    {"question": "who wrote unix?", "answers": ["Ken Thompson"]},
+    {"question": "what is a compiler?", "answers": ["a program"]},
+]
+
+
+def test_license_and_datasets_only_when_known(saved):
+    card = generate_model_card(saved[0], eval_results={"exact_match": 30.0, "f1": 41.0})
+    metadata = parse_card_metadata(card)
+    # Nobody chose a license or named an evaluation set: neither is invented.
+    assert "license" not in metadata and "datasets" not in metadata and "model-index" not in metadata
+    assert "| (not named) |  | Exact Match | 30 |" in card  # the results are still in the card's table
+    assert "not in the `model-index` metadata" in card
+
+
+def test_card_is_a_huggingface_hub_model_card(saved):
+    from huggingface_hub import ModelCard
+
+    card = generate_model_card(saved[0], eval_results=EVAL, eval_dataset=FOLDOC_SET, model_id="realm-test/tiny")
+    parsed = ModelCard(card)
+    assert str(parsed) == card  # the library's own serialisation, unchanged by a round trip
+    results = {r.metric_type: r for r in parsed.data.eval_results}
+    assert set(results) == {"exact_match", "f1", "recall@5"}
+    assert results["f1"].metric_value == 46.25 and results["f1"].dataset_type == "foldoc-links"
+    assert results["f1"].dataset_split == "test" and results["f1"].task_type == "question-answering"
+
+
+def _trainer(model, output_dir, hub_model_id=None, **kwargs):
+    import datasets
+    from transformers import TrainingArguments
+
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    args = TrainingArguments(
+        output_dir=str(output_dir), report_to=[], disable_tqdm=True, save_strategy="no", hub_model_id=hub_model_id
+    )
+    return RealmOpenQATrainer(model=model, args=args, eval_dataset=datasets.Dataset.from_list(QUESTIONS), **kwargs)
+
+
+def test_trainer_create_model_card_is_realm_hf_and_survives_saves(tmp_path):
+    model, tokenizer = build_tiny_model(str(tmp_path))
+    trainer = _trainer(model, tmp_path / "out", recall_ks=(1, 3))
+    metrics = trainer.evaluate()
+    trainer.save_model()
+    trainer.create_model_card(dataset_tags="foldoc-links", dataset="FOLDOC links", tags=["mine"])
+    readme = tmp_path / "out" / "README.md"
+    card = readme.read_text()
+    metadata = parse_card_metadata(card)
+    assert metadata["library_name"] == "realm-hf" and "generated_from_trainer" not in metadata["tags"]
+    assert "mine" in metadata["tags"] and metadata["datasets"] == ["foldoc-links"] and "license" not in metadata
+    (result,) = metadata["model-index"][0]["results"]
+    assert result["dataset"] == {"name": "FOLDOC links", "type": "foldoc-links"}
+    logged = {m["type"]: m["value"] for m in result["metrics"]}
+    assert logged == {k[len("eval_") :]: round(v, 4) for k, v in metrics.items() if k != "epoch"}
+    assert "| learning_rate |" in card  # the Trainer's arguments
+    # The next save keeps all of it (it is realm-hf's generated card, not hand-written text to wrap).
+    model.save_pretrained(tmp_path / "out")
+    again = readme.read_text()
+    assert parse_card_metadata(again)["model-index"] == metadata["model-index"]
+    assert again.count(AUTO_START) == 1 and "| learning_rate |" in again
+
+
+def test_trainer_push_to_hub_uploads_the_realm_hf_card(tmp_path, monkeypatch):
+    import transformers.trainer
+
+    uploaded = {}
+
+    class FakeApi:
+        def upload_folder(self, *, folder_path, **kwargs):
+            uploaded["files"] = sorted(os.listdir(folder_path))
+            uploaded["readme"] = open(os.path.join(folder_path, "README.md")).read()
+
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeApi())
+    model, _ = build_tiny_model(str(tmp_path))
+    trainer = _trainer(model, tmp_path / "out", hub_model_id="realm-test/tiny")
+    trainer.hub_model_id = "realm-test/tiny"  # what init_hf_repo sets once it has created the repo
+    trainer.evaluate()
+    trainer.push_to_hub(dataset_tags="foldoc-links")
+    metadata = parse_card_metadata(uploaded["readme"])
+    assert metadata["library_name"] == "realm-hf" and "generated_from_trainer" not in metadata["tags"]
+    assert metadata["model-index"][0]["name"] == "tiny"
+    assert {m["type"] for m in metadata["model-index"][0]["results"][0]["metrics"]} >= {"exact_match", "f1"}
+    assert 'model="realm-test/tiny"' in uploaded["readme"]  # the usage snippet names the repo
+    assert "retriever" in uploaded["files"]
+
+
+def test_transformers_trainer_card_is_replaced_not_kept_as_hand_written(saved, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    model = saved[0]
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], save_strategy="no")
+    Trainer(model=model, args=args).create_model_card(tags=["kept-tag"], license="mit")  # transformers' draft card
+    assert "generated_from_trainer" in (tmp_path / "README.md").read_text()
+    model.save_pretrained(tmp_path)
+    card = (tmp_path / "README.md").read_text()
+    metadata = parse_card_metadata(card)
+    assert metadata["library_name"] == "realm-hf"
+    assert "generated_from_trainer" not in metadata["tags"] and "kept-tag" in metadata["tags"]
+    assert metadata["license"] == "mit"  # something the Trainer was told
+    assert "model-index" not in metadata  # its `results: []` is not carried over
+    assert "generated automatically according to the information the Trainer" not in card
+    assert card.index("---") == 0 and card.count(AUTO_START) == 1
+
+
+def test_num_block_records_is_the_corpus_size_after_every_save(tmp_path):
+    model, tokenizer = build_tiny_model(str(tmp_path))
+    model.config.num_block_records = 13353718  # RealmConfig's default: REALM's Wikipedia
+    model.save_pretrained(tmp_path / "model")
+    assert json.load(open(tmp_path / "model" / "config.json"))["num_block_records"] == len(DOCS)
+    model.retriever.add_documents(
+        [{"title": "Pascal", "text": "Pascal is a language designed by Niklaus Wirth."}],
+        model.embedder,
+        show_progress=False,
+    )
+    model.save_pretrained(tmp_path / "model")
+    assert json.load(open(tmp_path / "model" / "config.json"))["num_block_records"] == len(DOCS) + 1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading a saved directory with transformers alone (without `import realm_hf`): auto_map -> realm_hf_auto.py
+# --------------------------------------------------------------------------------------------------------------------
+
+_WITHOUT_REALM_HF = r"""
+import json, sys
+from transformers import AutoConfig, AutoModel, AutoTokenizer, pipeline
+
+path = sys.argv[1]
+loaders = {
+    "AutoConfig": lambda trust: AutoConfig.from_pretrained(path, trust_remote_code=trust),
+    "AutoModel": lambda trust: AutoModel.from_pretrained(path, trust_remote_code=trust),
+    "AutoTokenizer": lambda trust: AutoTokenizer.from_pretrained(path, trust_remote_code=trust),
+    "pipeline": lambda trust: pipeline("realm-question-answering", model=path, trust_remote_code=trust),
+}
+
+
+def attempt(load, trust):
+    try:
+        obj = load(trust)
+        return "ok " + type(obj).__module__ + "." + type(obj).__name__
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+
+
+sys.modules["realm_hf"] = None  # first as if realm-hf were not installed
+out = {"missing": {f"{name}/{trust}": attempt(load, trust) for trust in (False, True) for name, load in loaders.items()}}
+del sys.modules["realm_hf"]  # then installed, still not imported by the caller
+out["installed"] = {name: attempt(load, True) for name, load in loaders.items()}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_realm_hf(saved, tmp_path_factory):
+    """What transformers alone does with a saved directory, in a fresh interpreter that never imports realm_hf."""
+    import subprocess
+    import sys
+
+    tmp = tmp_path_factory.mktemp("no-realm-hf")
+    script = tmp / "load.py"
+    script.write_text(_WITHOUT_REALM_HF)
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp / "modules"), HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, str(script), saved[2]], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_loading_without_realm_hf_names_realm_hf(saved, without_realm_hf):
+    path = saved[2]
+    config = json.load(open(os.path.join(path, "config.json")))
+    assert config["auto_map"]["AutoConfig"] == "realm_hf_auto.RealmConfig"
+    assert json.load(open(os.path.join(path, "tokenizer_config.json")))["auto_map"]["AutoTokenizer"][0] == (
+        "realm_hf_auto.RealmTokenizer"
+    )
+    assert len(without_realm_hf["missing"]) == 8
+    for key, outcome in without_realm_hf["missing"].items():
+        assert "upgrade transformers" not in outcome and "TokenizersBackend" not in outcome, (key, outcome)
+        if key.endswith("/True"):  # the saved module runs and says what to do
+            assert outcome.startswith("ImportError"), (key, outcome)
+            assert "realm-hf" in outcome and "pip install realm-hf" in outcome and "import realm_hf" in outcome
+        else:  # transformers will not run it unasked: it asks for trust_remote_code=True
+            assert outcome.startswith("ValueError") and "trust_remote_code=True" in outcome, (key, outcome)
+
+
+def test_trust_remote_code_loads_through_the_installed_realm_hf(without_realm_hf):
+    assert without_realm_hf["installed"] == {
+        "AutoConfig": "ok realm_hf.configuration_realm.RealmConfig",
+        "AutoModel": "ok realm_hf.modeling_openqa.RealmForOpenQA",
+        "AutoTokenizer": "ok realm_hf.tokenization_realm.RealmTokenizer",
+        "pipeline": "ok realm_hf.pipeline_realm.RealmQuestionAnsweringPipeline",
+    }
+
+
+def test_a_trust_remote_code_load_does_not_copy_realm_hf_source_on_the_next_save(saved, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(saved[2], trust_remote_code=True)
+    assert type(tokenizer)._auto_class == "AutoTokenizer"  # transformers registered the class it ran remotely
+    tokenizer.save_pretrained(tmp_path)
+    assert sorted(name for name in os.listdir(tmp_path) if name.endswith(".py")) == ["realm_hf_auto.py"]
+    config = json.load(open(tmp_path / "tokenizer_config.json"))
+    assert config["auto_map"] == {"AutoTokenizer": ["realm_hf_auto.RealmTokenizer", None]}

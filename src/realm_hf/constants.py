@@ -14,11 +14,15 @@ FORMAT_VERSION = 1
 LEGACY_BLOCK_RECORDS = "block_records.npy"
 LEGACY_BLOCK_EMB_KEY = "block_emb"
 
+# The module a saved model or tokenizer directory holds for transformers' Auto classes (`auto_map`, auto_map.py).
+AUTO_MODULE_FILE = "realm_hf_auto.py"
+
 # Setting it to 1/true/yes allows unpickling legacy block_records.npy files.
 ALLOW_PICKLE_ENV = "REALM_HF_ALLOW_PICKLE"
 
 __all__ = [
     "ALLOW_PICKLE_ENV",
+    "AUTO_MODULE_FILE",
     "CORPUS_DIR",
     "FORMAT_VERSION",
     "INDEX_NAME",

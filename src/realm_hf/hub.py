@@ -15,6 +15,9 @@ Layouts:
 
 Every download goes through `huggingface_hub` and its cache, so `HF_HUB_OFFLINE=1` (or `local_files_only=True`)
 loads from the cache alone and fails with a clear error when the files are not there.
+
+The model card (the same one `save_pretrained` and the Trainer write) and what transformers does with a REALM repo
+when `realm_hf` is not imported are described in docs/hub.md.
 """
 
 from __future__ import annotations
@@ -285,7 +288,8 @@ def push_to_hub(
             files under `retriever/` in the repo). Set `False` for a model that references a dataset repo.
         tags (`list[str]`, *optional*): Extra tags for the model card.
         model_card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.modelcard.generate_model_card`]
-            (`eval_results`, `training_args`, `base_model`, `datasets`, `license`, ...).
+            (`eval_results`, `eval_dataset`, `training_args`, `base_model`, `datasets`, `license`, ...; `license` and
+            `datasets` are written only when given).
         endpoint (`str`, *optional*): Hub endpoint (defaults to `HF_ENDPOINT`).
 
     Returns:

@@ -8,6 +8,7 @@ from transformers import PreTrainedModel
 from transformers.activations import GELUTanh, NewGELUActivation
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredictionHead
 
+from .auto_map import model_auto_map, prepare_save, write_auto_module
 from .configuration_realm import RealmConfig
 
 
@@ -27,6 +28,19 @@ class RealmPreTrainedModel(PreTrainedModel):
     # Our losses are means (the legacy ones) and ignore `num_items_in_batch`: without this, `Trainer` sees `**kwargs`
     # in `forward`, assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """
+        [`~transformers.PreTrainedModel.save_pretrained`], plus an `auto_map` in `config.json` and the small
+        `realm_hf_auto.py` it names, so that transformers' Auto classes used without `import realm_hf` point to realm-hf
+        (see `realm_hf/auto_map.py` and docs/hub.md).
+        """
+        prepare_save(self)
+        self.config.auto_map = model_auto_map(self)
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            write_auto_module(save_directory)
+        return result
 
     def post_init(self):
         super().post_init()

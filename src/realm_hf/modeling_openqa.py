@@ -240,6 +240,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
             model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
                 written by hand in an existing card is kept.
         """
+        if hasattr(self.retriever, "__len__"):
+            # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
+            self.config.num_block_records = len(self.retriever)
         super().save_pretrained(save_directory, *args, **kwargs)
         if not kwargs.get("is_main_process", True):
             return

@@ -8,6 +8,8 @@ import weakref
 from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
 
+from .auto_map import prepare_save, tokenizer_auto_map, write_auto_module
+
 # One lock per tokenizer object. A 🤗 Tokenizers-backed tokenizer keeps its padding and truncation settings in the
 # shared Rust object: each call first sets them (`set_truncation_and_padding`), then encodes. Two threads calling
 # the same tokenizer with different settings interleave those two steps, and one of them encodes with the other's
@@ -69,6 +71,19 @@ class RealmTokenizer(BertTokenizer):
         # RealmTokenizer can be called from several threads, also outside realm-hf.
         with tokenizer_lock(self):
             return super()._encode_plus(*args, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """
+        [`~transformers.PreTrainedTokenizerBase.save_pretrained`], plus an `auto_map` in `tokenizer_config.json` and
+        the small `realm_hf_auto.py` it names, so that `AutoTokenizer` without `import realm_hf` points to realm-hf
+        instead of building a generic tokenizer (see `realm_hf/auto_map.py` and docs/hub.md).
+        """
+        prepare_save(self)
+        # transformers writes a tokenizer's `_auto_map` as the `auto_map` of tokenizer_config.json.
+        self._auto_map = tokenizer_auto_map()
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        write_auto_module(save_directory)
+        return files
 
     def batch_encode_candidates(self, text, **kwargs) -> BatchEncoding:
         r"""

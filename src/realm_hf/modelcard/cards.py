@@ -1,0 +1,261 @@
+"""Generating and writing cards: the model card of a REALM model and the dataset card of a shared corpus."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
+
+from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from ..file_utils import atomic_write_text
+from .handwritten import merge_metadata, parse_card, restore_handwritten
+from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
+from .sections import (
+    DESCRIPTION,
+    DESCRIPTION_ONE_REPO,
+    corpus_info,
+    corpus_section,
+    evaluation_section,
+    model_details,
+    training_section,
+    usage_section,
+    versions_section,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Model id used in the usage snippet when none is known; replace it with a repo id or local path.
+USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"
+DEFAULT_EXAMPLE_QUESTION = "What is a compiler?"
+_TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+
+
+def generate_model_card(
+    model=None,
+    retriever=None,
+    eval_results: Mapping[str, float] | list[dict] | None = None,
+    training_args: Any = None,
+    base_model: str | list[str] | None = None,
+    datasets: str | list[str] | None = None,
+    existing_readme: str | None = None,
+    *,
+    model_id: str | None = None,
+    model_name: str | None = None,
+    license: str | None = None,
+    language: str | list[str] | None = None,
+    tags: list[str] | None = None,
+    example_question: str = DEFAULT_EXAMPLE_QUESTION,
+    eval_dataset: Mapping[str, str] | None = None,
+    corpus_source: str | None = None,
+    description: str | None = None,
+    retriever_manifest: Mapping | None = None,
+) -> str:
+    r"""
+    Render the model card (README.md text) of a REALM model.
+
+    Args:
+        model ([`RealmForOpenQA`], *optional*): The model (architecture details come from its config).
+        retriever ([`RealmRetriever`], *optional*): Its corpus + index; defaults to `model.retriever`.
+        eval_results (`dict` or `list[dict]`, *optional*): Evaluation results. Either a flat dict of metrics
+            (`{"exact_match": 40.4, "f1": 46.1, "recall@5": 61.0}`, as `compute_qa_metrics`/`recall_at_k` return;
+            an `eval_` prefix is dropped, counts and runtimes are skipped), described by `eval_dataset`; or a list of
+            `{"dataset": {"name", "type", "split"}, "metrics": {...}}`, one per evaluation set. Results whose dataset
+            is known become `EvalResult` entries (`model-index`); the others are listed in the card's table only.
+        training_args (`TrainingArguments` or `dict`, *optional*): Training settings to list.
+        base_model (`str` or `list[str]`, *optional*): The checkpoint(s) it was fine-tuned from.
+        datasets (`str` or `list[str]`, *optional*): Training dataset ids.
+        existing_readme (`str`, *optional*): The current README: its hand-written text and metadata are kept.
+        model_id (`str`, *optional*): Repo id or path in the usage snippet (default: a placeholder,
+            `USAGE_MODEL_PLACEHOLDER`).
+        model_name (`str`, *optional*): Title and `model-index` name (default: last part of `model_id`).
+        license (`str`, *optional*): License id (a Hub license identifier); none is written unless given.
+        language (`str` or `list[str]`, *optional*): Language code(s).
+        tags (`list[str]`, *optional*): Tags added to the default ones.
+        example_question (`str`, *optional*): Question used in the usage snippet.
+        eval_dataset (`dict`, *optional*): `name`, `type` (and `split`, `config`) of the set a flat `eval_results`
+            dict was computed on (default: the first of `datasets`).
+        corpus_source (`str`, *optional*): Where the corpus text comes from (overrides the manifest's `source`).
+        description (`str`, *optional*): Replaces the generic description paragraph.
+        retriever_manifest (`dict`, *optional*): The saved `retriever_manifest.json` (adds file sizes and format);
+            [`write_model_card`] reads it from the directory.
+
+    Returns:
+        `str`: The README.md text (a `huggingface_hub.ModelCard` rendered to text).
+    """
+    if retriever is None and model is not None:
+        retriever = getattr(model, "retriever", None)
+    previous = parse_card(existing_readme) if existing_readme else None
+    model_id = model_id or USAGE_MODEL_PLACEHOLDER
+    model_name = model_name or model_id.rstrip("/").split("/")[-1] or "realm-model"
+    datasets = as_list(datasets)
+    results = normalize_eval_results(eval_results, eval_dataset, datasets)
+
+    if previous is not None and previous.inherited_tags:
+        tags = list(tags or []) + previous.inherited_tags
+    data = model_card_data(
+        model_name=model_name,
+        results=results,
+        license=license,
+        language=language,
+        tags=tags,
+        datasets=datasets,
+        base_model=base_model,
+    )
+
+    reference = getattr(getattr(model, "config", None), "retriever_repo_id", None)
+    has_corpus = retriever is not None or bool(retriever_manifest)
+    sections = {
+        "model_name": model_name,
+        "description": description or (DESCRIPTION + (DESCRIPTION_ONE_REPO if has_corpus else "")),
+        "model_details": model_details(model),
+        "corpus": corpus_section(retriever, corpus_source, retriever_manifest, reference),
+        "usage": usage_section(model_id, example_question),
+        "training": training_section(training_args),
+        "evaluation": evaluation_section(results),
+        "versions": versions_section(),
+    }
+    if previous is not None:
+        # Keep earlier training/evaluation details when this save has none (e.g. re-saving after evaluation).
+        if training_args is None and previous.sections.get("Training"):
+            sections["training"] = previous.sections["Training"]
+        if not results and previous.sections.get("Evaluation"):
+            sections["evaluation"] = previous.sections["Evaluation"]
+    return render(ModelCard, "model_card.md", data, sections, previous)
+
+
+def write_model_card(save_directory: str | os.PathLike, model=None, retriever=None, **kwargs) -> str:
+    r"""
+    Write `README.md` in `save_directory` (atomically), keeping the hand-written parts of the README already there.
+
+    Meant to be called at the end of `RealmForOpenQA.save_pretrained`:
+    `realm_hf.modelcard.write_model_card(save_directory, model=self, retriever=self.retriever)`.
+
+    Args:
+        save_directory (`str` or `os.PathLike`): The model directory.
+        model, retriever, kwargs: As in [`generate_model_card`]; `existing_readme` defaults to the directory's README.
+
+    Returns:
+        `str`: The README path.
+    """
+    path = os.path.join(save_directory, "README.md")
+    if kwargs.get("existing_readme") is None and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            kwargs["existing_readme"] = f.read()
+    manifest_file = os.path.join(save_directory, RETRIEVER_SUBFOLDER, MANIFEST_NAME)
+    if retriever is not None and kwargs.get("retriever_manifest") is None and os.path.isfile(manifest_file):
+        with open(manifest_file, encoding="utf-8") as f:
+            kwargs["retriever_manifest"] = json.load(f)
+    atomic_write_text(path, generate_model_card(model=model, retriever=retriever, **kwargs))
+    return path
+
+
+def generate_corpus_card(
+    retriever,
+    repo_id: str | None = None,
+    subfolder: str | None = None,
+    existing_readme: str | None = None,
+    *,
+    name: str | None = None,
+    license: str | None = None,
+    source: str | None = None,
+    tags: list[str] | None = None,
+    manifest: Mapping | None = None,
+) -> str:
+    r"""
+    Render the dataset card of a corpus + index pushed with [`~realm_hf.hub.push_corpus_to_hub`].
+
+    Args:
+        retriever ([`RealmRetriever`]): The corpus.
+        repo_id (`str`, *optional*): Its repo id (for the usage snippet).
+        subfolder (`str`, *optional*): Folder of the retriever in the repo.
+        existing_readme (`str`, *optional*): The current README, whose hand-written parts are kept.
+        name (`str`, *optional*): Title (default: last part of `repo_id`).
+        license (`str`, *optional*): License id of the corpus text.
+        source (`str`, *optional*): Where the text comes from (overrides the manifest's `source`).
+        tags (`list[str]`, *optional*): Tags added to the default ones.
+        manifest (`dict`, *optional*): The saved `retriever_manifest.json`.
+    """
+    previous = parse_card(existing_readme) if existing_readme else None
+    repo_id = repo_id or "your-username/realm-corpus"
+    info = corpus_info(retriever, manifest)
+    subfolder = (subfolder or "").strip("/")
+    shards = None
+    if (manifest or {}).get("corpus_format", "parquet") == "parquet":
+        shards = f"{subfolder}/corpus/*.parquet" if subfolder else "corpus/*.parquet"
+    data = corpus_card_data(license=license, tags=tags, num_blocks=info.get("num_blocks"), data_files=shards)
+    usage = (
+        "Use it as the knowledge corpus of a REALM model (saved in the model's `config.json`, followed by "
+        "`RealmForOpenQA.from_pretrained`):\n\n"
+        "```python\n"
+        "from realm_hf import RealmForOpenQA\n"
+        "from realm_hf.hub import set_retriever_reference\n\n"
+        'model = RealmForOpenQA.from_pretrained("path/or/repo-of-a-realm-model")\n'
+        f'set_retriever_reference(model.config, "{repo_id}"'
+        + (f', subfolder="{subfolder}"' if subfolder else "")
+        + ")\n"
+        'model.save_pretrained("realm-model-with-this-corpus", save_retriever=False)\n'
+        "```\n\n"
+        "or load it directly:\n\n"
+        "```python\n"
+        "from realm_hf.hub import download_retriever\n"
+        "from realm_hf.retrieval_realm import RealmRetriever\n\n"
+        f'retriever = RealmRetriever.from_pretrained(download_retriever("{repo_id}", subfolder="{subfolder}", '
+        'repo_type="dataset"))\n'
+        "```"
+    )
+    sections = {
+        "name": name or repo_id.rstrip("/").split("/")[-1],
+        "corpus": corpus_section(retriever, source, manifest, prefix=f"{subfolder}/" if subfolder else ""),
+        "usage": usage,
+        "versions": versions_section(),
+    }
+    return render(DatasetCard, "corpus_card.md", data, sections, previous)
+
+
+def write_corpus_card(save_directory: str | os.PathLike, retriever, **kwargs) -> str:
+    """Write the corpus card as `README.md` in `save_directory` (atomically); see [`generate_corpus_card`]."""
+    path = os.path.join(save_directory, "README.md")
+    if kwargs.get("existing_readme") is None and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            kwargs["existing_readme"] = f.read()
+    manifest_file = os.path.join(save_directory, kwargs.get("subfolder") or "", MANIFEST_NAME)
+    if kwargs.get("manifest") is None and os.path.isfile(manifest_file):
+        with open(manifest_file, encoding="utf-8") as f:
+            kwargs["manifest"] = json.load(f)
+    atomic_write_text(path, generate_corpus_card(retriever, **kwargs))
+    return path
+
+
+def extract_code_blocks(text: str, language: str = "python") -> list[str]:
+    """The fenced code blocks of `language` in a card (used to test that the usage snippet runs)."""
+    return re.findall(rf"```{re.escape(language)}\n(.*?)```", text, re.DOTALL)
+
+
+def render(card_class: type[RepoCard], template_name: str, data: CardData, sections: dict, previous) -> str:
+    """
+    Fill a template with `sections`, merge `data` with the previous card's metadata (hand-edited keys win), put the
+    hand-written text back, and return the card as `huggingface_hub` writes it.
+    """
+    merged, hashes = merge_metadata(data.to_dict(), previous)
+    try:
+        # The library's own reading of the metadata: a hand-edited `model-index` is checked here.
+        merged_data = card_class.card_data_class(**merged)
+    except ValueError as err:
+        logger.warning("Card metadata kept as written (%s).", err)
+        card_class, merged_data = RepoCard, CardData(**merged)
+    with open(os.path.join(_TEMPLATE_DIR, template_name), encoding="utf-8") as f:
+        template = f.read()
+    values = dict(sections)
+    values["card_data"] = merged_data.to_yaml(original_order=list(merged))
+    values["generated"] = json.dumps(hashes, sort_keys=True)
+    text = re.sub(
+        r"\{\{ (\w+) \}\}", lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template
+    )
+    if previous is not None:
+        text = restore_handwritten(text, previous)
+    return str(card_class(text))
