@@ -39,8 +39,11 @@ from typing import Any
 import torch
 from transformers import Pipeline
 
-from .modeling_realm import RealmForOpenQA, check_questions
+from .modeling_realm import RealmForOpenQA
 from .provenance import answer_record, block_provenance, span_log_probs
+from .text_inputs import check_context as _check_context
+from .text_inputs import check_questions
+from .text_inputs import question_example as _to_example
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +208,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             "max_question_length", _DEFAULT_MAX_QUESTION_LENGTH
         )
         # Validate the whole list before any model work, so one bad question fails fast with a clear message.
-        check_questions([ex["question"] for ex in examples], self.tokenizer, max_question_length)
+        check_questions(
+            [ex["question"] for ex in examples], self.tokenizer, max_question_length, _max_positions(self.model)
+        )
         outputs = super().__call__(examples, *args, **kwargs)
         return outputs[0] if single else outputs
 
@@ -231,7 +236,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     def preprocess(self, inputs, max_question_length: int = _DEFAULT_MAX_QUESTION_LENGTH):
         example = _to_example(inputs)
         _check_context(example["context"])
-        check_questions([example["question"]], self.tokenizer, max_question_length)
+        check_questions([example["question"]], self.tokenizer, max_question_length, _max_positions(self.model))
         # Tokenization happens per batch in `_forward`: the reader pairs each question with blocks that are only known
         # after retrieval, and a long context yields a variable number of windows, which the default collator cannot
         # pad. Strings are collated into lists.
@@ -397,24 +402,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _to_example(item) -> dict:
-    if isinstance(item, str):
-        return {"question": item, "context": None}
-    if isinstance(item, dict):
-        unknown = set(item) - {"question", "context"}
-        if "question" not in item or unknown:
-            raise ValueError(
-                f"A question dict needs a `question` key and may have a `context` key; got keys {sorted(item)}."
-            )
-        return {"question": item["question"], "context": item.get("context")}
-    raise ValueError(
-        f"A question must be a string or a dict with `question` (and `context`), got {type(item).__name__}."
-    )
-
-
-def _check_context(context) -> None:
-    if context is not None and (not isinstance(context, str) or not context.strip()):
-        raise ValueError(f"Empty context {context!r}: give some text to answer from, or no context to retrieve.")
+def _max_positions(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
 
 
 def _is_dataset(inputs) -> bool:
