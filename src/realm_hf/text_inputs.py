@@ -42,7 +42,7 @@ def undecodable_text_problem(text: str) -> str | None:
             snippet = near.encode("utf-8", "backslashreplace")
         return (
             f"holds bytes that are not valid UTF-8 at character {err.start} (near {snippet!r}): re-encode the input "
-            "as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or run with a UTF-8 locale (`LC_ALL=C.UTF-8`)"
+            "as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or decode it with its own encoding before passing it"
         )
     return None
 

@@ -97,7 +97,7 @@ def run(args) -> int:
             done += 1
         out.flush()
     if problems:
-        where = ", ".join(items[i][0] for i in sorted(problems)[:5]) + (", ..." if len(problems) > 5 else "")
+        where = "; ".join(items[i][0] for i in sorted(problems)[:5]) + ("; ..." if len(problems) > 5 else "")
         print(f"error: {len(problems)} of {len(items)} questions not answered ({where}); see above.", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
