@@ -21,6 +21,7 @@ from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_ans
 from .retrieval.encoding import tokenize_blocks
 from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
+from .text_inputs import as_question_list, check_max_question_length, check_questions
 from .tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
@@ -333,6 +334,14 @@ class RealmForOpenQA(RealmPreTrainedModel):
         if input_ids is None:
             raise ValueError("`input_ids` (the tokenized questions) are required.")
         batch_size = input_ids.shape[0]
+        max_positions = getattr(self.config, "max_position_embeddings", None)
+        if max_positions is not None and input_ids.shape[-1] > max_positions:
+            # Caught here, not as a tensor-size error deep in the embeddings.
+            raise ValueError(
+                f"The tokenized questions are {input_ids.shape[-1]} wordpieces long (with special tokens), more than "
+                f"the model's config.max_position_embeddings={max_positions}: shorten them (`max_question_length` "
+                f"of at most {max_positions - 2})."
+            )
         if questions is None:
             questions = [tokenizer.decode(ids, skip_special_tokens=True) for ids in input_ids]
         if len(questions) != batch_size:
@@ -460,7 +469,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
     @torch.inference_mode()
     def answer(
         self,
-        questions: str | list[str],
+        questions: str | dict | list,
         tokenizer=None,
         batch_size: int = 16,
         max_question_length: int = 64,
@@ -471,11 +480,16 @@ class RealmForOpenQA(RealmPreTrainedModel):
         (docs/provenance.md).
 
         Args:
-            questions (`str` or `list[str]`): The questions.
+            questions (`str`, `dict` or `list`): A question, a `{"question": ...}` dict (as the pipeline takes), or a
+                list of either. Every question is checked before any model work (`text_inputs.check_questions`): a
+                non-string, an empty question, undecodable bytes, a question with no known wordpiece (only `[UNK]`)
+                or one over `max_question_length` raises a `ValueError` naming its position in the list
+                (`questions[i]`), and no question of the call is answered.
             tokenizer (*optional*): Question tokenizer; defaults to the retriever's.
             batch_size (`int`, *optional*, defaults to 16): Questions per forward pass.
             max_question_length (`int`, *optional*, defaults to 64): Questions longer than this many wordpieces are
-                refused.
+                refused, and so are questions longer than the model takes (`config.max_position_embeddings` less
+                `[CLS]` and `[SEP]`).
             num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per
                 question.
 
@@ -485,10 +499,14 @@ class RealmForOpenQA(RealmPreTrainedModel):
             retrieval score), `start`, `end` (character offsets in `block["text"]`), `block` (the answer's block, see
             [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
         """
-        single = isinstance(questions, str)
-        questions = [questions] if single else list(questions)
+        questions, single = as_question_list(questions)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+        check_max_question_length(max_question_length)
         tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
-        check_questions(questions, tokenizer, max_question_length)
+        check_questions(
+            questions, tokenizer, max_question_length, getattr(self.config, "max_position_embeddings", None)
+        )
         results = []
         with self.evaluating():
             for start in range(0, len(questions), batch_size):
@@ -532,21 +550,6 @@ def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int)
     search = retriever.search(question_embeddings, k)
     search.block_embeddings = retriever.get_block_embeddings(search.block_ids)
     return search
-
-
-def check_questions(questions: list[str], tokenizer, max_question_length: int) -> None:
-    """Refuse empty or over-long questions with a message that says what to do."""
-    if not questions:
-        raise ValueError("No questions given.")
-    for question in questions:
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"Empty question {question!r}: every question needs some text.")
-        length = len(tokenizer_call(tokenizer, question, add_special_tokens=False)["input_ids"])
-        if length > max_question_length:
-            raise ValueError(
-                f"Question of {length} wordpieces is longer than the limit of {max_question_length} "
-                f"({question[:60]!r}...): shorten it or raise `max_question_length`."
-            )
 
 
 def check_retriever_dim(retriever, config: RealmConfig) -> None:

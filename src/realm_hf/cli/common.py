@@ -68,12 +68,24 @@ def library_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def default_device(device: str | None) -> str:
-    """`device` if given, else `cuda` when available, else `cpu`."""
-    if device:
-        return device
+    """`device` if given and usable here (else a `CLIError` that says why), else `cuda` when available, else `cpu`."""
     import torch  # deferred: see library_progress_bars
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not device:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise CLIError(f"--device {device!r} is not a device torch knows ({err}); use cpu, cuda or cuda:N.") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            reason = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise CLIError(f"--device {device}: {reason}. Use --device cpu (or leave --device out).")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise CLIError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here.")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise CLIError(f"--device {device}: MPS is not available here. Use --device cpu (or leave --device out).")
+    return device
 
 
 def read_json_file(path: str) -> Any:

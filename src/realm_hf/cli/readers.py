@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..text_inputs import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 
 _DOCUMENT_SUFFIXES = {
@@ -39,6 +40,7 @@ def file_format(path: str, fmt: str = "auto") -> str:
 def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
     """A `datasets.Dataset` from JSONL/CSV/Parquet files (all of one format) or one `save_to_disk` directory."""
     import datasets  # deferred: the cli package imports nothing heavy at module level
+    import pyarrow as pa  # deferred: see above
 
     for path in paths:
         if not os.path.exists(path):
@@ -58,8 +60,18 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
         return loaded
     kwargs = {"sep": "\t"} if kind == "csv" and all(p.lower().endswith(".tsv") for p in paths) else {}
     try:
-        return datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
+        loaded = datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
+        # Arrow's JSON reader keeps bytes that are not UTF-8 in its strings, which fail only when a row is read.
+        loaded.data.table.validate(full=True)
+        return loaded
+    except (UnicodeDecodeError, pa.ArrowInvalid) as err:
+        for path in paths:
+            _check_utf8(path)  # names the file and line
+        raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {err}") from err
     except datasets.exceptions.DatasetGenerationError as err:
+        if kind in ("json", "csv"):
+            for path in paths:
+                _check_utf8(path)
         if kind == "json":
             for path in paths:
                 _check_json_lines(path)  # names the file and line that datasets' error leaves out
@@ -67,8 +79,46 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
         raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {cause}") from err
 
 
+def _check_utf8(path: str) -> None:
+    """Raise a `CLIError` naming the first line of a text file that is not valid UTF-8 (gzip files are left to
+    their reader)."""
+    if path.lower().endswith(".gz"):
+        return
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CLIError(
+                    f"{path}, line {number}: not valid UTF-8 (byte {line[err.start : err.start + 1]!r} at column "
+                    f"{err.start + 1}): re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`."
+                ) from None
+
+
+def _read_text(path: str) -> str:
+    """A UTF-8 text file's content; bytes that are not UTF-8 raise a `CLIError` naming the file and line."""
+    _check_utf8(path)
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _string_problem(record) -> str | None:
+    """Why one of the strings of a parsed JSON record is not valid Unicode (a lone surrogate escape), or `None`."""
+    values = record.values() if isinstance(record, dict) else record if isinstance(record, list) else [record]
+    for value in values:
+        if isinstance(value, str):
+            problem = undecodable_text_problem(value)
+        elif isinstance(value, (dict, list)):
+            problem = _string_problem(value)
+        else:
+            continue
+        if problem:
+            return problem
+    return None
+
+
 def _check_json_lines(path: str) -> None:
-    """Raise a `CLIError` naming the first line of a JSON-lines file that is not a JSON object."""
+    """Raise a `CLIError` naming the first line of a JSON-lines file that is not a JSON object of valid strings."""
     with open(path, encoding="utf-8") as f:
         if f.read(1024).lstrip().startswith("["):
             return  # a JSON array, not JSON lines: datasets' own error says what is wrong
@@ -82,6 +132,9 @@ def _check_json_lines(path: str) -> None:
                 raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
             if not isinstance(record, dict):
                 raise CLIError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
+            problem = _string_problem(record)
+            if problem:
+                raise CLIError(f"{path}, line {number}: a string {problem}.")
 
 
 def load_documents(
@@ -131,6 +184,14 @@ def load_documents(
         dataset = dataset.rename_columns(renames)
     if len(dataset) == 0:
         raise CLIError(f"No documents in {', '.join(paths)}.")
+    for column in ("text", "title"):
+        if column in dataset.column_names and getattr(dataset.features[column], "dtype", None) != "string":
+            # Mixed types in a JSON file (a number where text should be): name where, not "Document 17".
+            for row, value in enumerate(dataset[column]):
+                if not (isinstance(value, str) or (column == "title" and value is None)):
+                    raise CLIError(
+                        f"{', '.join(paths)}: record {row + 1}: the {column} is of type {type(value).__name__}, not text."
+                    )
     return dataset
 
 
@@ -161,10 +222,10 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
     if not os.path.exists(path):
         raise CLIError(f"QA file {path!r} does not exist.")
     kind = file_format(path, fmt)
+    places = None  # where each record is, for errors: "line N" of a JSON-lines file, else "record N"
     if kind == "json":
         rows = []
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = _read_text(path)
         stripped = text.lstrip()
         if stripped.startswith("["):  # a JSON array rather than JSON lines
             try:
@@ -172,6 +233,7 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
             except json.JSONDecodeError as err:
                 raise CLIError(f"{path}: invalid JSON: {err}") from err
         else:
+            places = []
             for number, line in enumerate(text.splitlines(), 1):
                 if not line.strip():
                     continue
@@ -179,9 +241,11 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as err:
                     raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+                places.append(f"line {number}")
         for number, row in enumerate(rows, 1):
             if not isinstance(row, dict):
-                raise CLIError(f"{path}, record {number}: expected a JSON object with {question_column!r}.")
+                where = places[number - 1] if places else f"record {number}"
+                raise CLIError(f"{path}, {where}: expected a JSON object with {question_column!r}.")
         columns = sorted({key for row in rows for key in row})
         get = lambda column: [row.get(column) for row in rows]  # noqa: E731
     else:
@@ -191,41 +255,53 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
     if question_column not in columns:
         raise CLIError(f"{path} has no question column {question_column!r} (columns: {', '.join(columns)}).")
     questions = get(question_column)
-    for number, question in enumerate(questions, 1):
-        if not isinstance(question, str) or not question.strip():
-            raise CLIError(f"{path}, record {number}: the question is empty.")
+    for row, problem in question_text_problems(questions)[:1]:
+        where = places[row] if places else f"record {row + 1}"
+        raise CLIError(f"{path}, {where}: {problem}.")
     data = {"question": list(questions)}
     if answers_column is not None:
         if answers_column not in columns:
             raise CLIError(f"{path} has no answers column {answers_column!r} (columns: {', '.join(columns)}).")
         answers = [_answers_list(value, separator) for value in get(answers_column)]
         for number, golds in enumerate(answers, 1):
+            where = places[number - 1] if places else f"record {number}"
             if not any(g.strip() for g in golds):
-                raise CLIError(f"{path}, record {number}: no answer given for {data['question'][number - 1]!r}.")
+                raise CLIError(f"{path}, {where}: no answer given for {data['question'][number - 1]!r}.")
+            for gold in golds:
+                problem = undecodable_text_problem(gold)
+                if problem:
+                    raise CLIError(f"{path}, {where}: the answer {problem}.")
         data["answers"] = answers
     if not data["question"]:
         raise CLIError(f"{path} holds no questions.")
     return datasets.Dataset.from_dict(data)
 
 
-def read_questions(questions: Sequence[str] = (), file: str | None = None) -> list[str]:
+def read_questions(questions: Sequence[str] = (), file: str | None = None) -> list[tuple[str, str | None, str | None]]:
     """
     The questions given as arguments, then those of `file`: one per line, or JSON lines with a `question` string
-    (`.jsonl`/`.json` files, or lines starting with `{`); `-` reads stdin. Errors name the file and line.
+    (`.jsonl`/`.json` files, or lines starting with `{`); `-` reads stdin.
+
+    Returns one `(where, question, problem)` per question in order: `where` names it (`argument 2`, `file, line 7`)
+    and a line that cannot be read (invalid JSON, no `question` string) comes with `question=None` and the reason,
+    so the other questions are still answered. Bytes that are not UTF-8 are kept as surrogates
+    (`errors="surrogateescape"`, as Python reads argv) for the question checks to report with their line.
     """
-    questions = list(questions or [])
+    items = [(f"argument {number}", question, None) for number, question in enumerate(questions or [], 1)]
     if file:
         if file == "-":
-            text = sys.stdin.read()
+            stdin = getattr(sys.stdin, "buffer", None)
+            text = stdin.read().decode("utf-8", "surrogateescape") if stdin is not None else sys.stdin.read()
             name = "<stdin>"
         else:
             if not os.path.isfile(file):
                 raise CLIError(f"Question file {file!r} does not exist.")
-            with open(file, encoding="utf-8") as f:
+            with open(file, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
             name = file
         as_json = name.lower().endswith((".jsonl", ".json", ".ndjson"))
         for number, line in enumerate(text.splitlines(), 1):
+            where = f"{name}, line {number}"
             line = line.strip()
             if not line:
                 continue
@@ -233,15 +309,16 @@ def read_questions(questions: Sequence[str] = (), file: str | None = None) -> li
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise CLIError(f"{name}, line {number}: invalid JSON: {err.msg}") from err
+                    items.append((where, None, f"invalid JSON: {err.msg}"))
+                    continue
                 if isinstance(record, str):
-                    questions.append(record)
+                    items.append((where, record, None))
                 elif isinstance(record, dict) and isinstance(record.get("question"), str):
-                    questions.append(record["question"])
+                    items.append((where, record["question"], None))
                 else:
-                    raise CLIError(f"{name}, line {number}: expected a JSON object with a 'question' string.")
+                    items.append((where, None, "expected a JSON object with a 'question' string"))
             else:
-                questions.append(line)
-    if not questions:
+                items.append((where, line, None))
+    if not items:
         raise CLIError("No questions: give them as arguments or with --file (one per line, or JSONL with 'question').")
-    return questions
+    return items

@@ -12,8 +12,9 @@ import types
 import torch
 from transformers import Pipeline
 
-from ..modeling_realm import RealmForOpenQA, check_questions
+from ..modeling_realm import RealmForOpenQA
 from ..provenance import answer_record, block_provenance
+from ..text_inputs import check_questions
 from ..tokenization_realm import tokenizer_call
 from .answers import _best_spans
 from .inputs import _check_context, _is_dataset, _to_example, dataset_questions, is_hf_dataset
@@ -208,7 +209,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             "max_question_length", _DEFAULT_MAX_QUESTION_LENGTH
         )
         # Validate the whole list before any model work, so one bad question fails fast with a clear message.
-        check_questions([ex["question"] for ex in examples], self.tokenizer, max_question_length)
+        check_questions(
+            [ex["question"] for ex in examples], self.tokenizer, max_question_length, _max_positions(self.model)
+        )
         outputs = super().__call__(examples, *args, **kwargs)
         return outputs[0] if single else outputs
 
@@ -234,7 +237,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     def preprocess(self, inputs, max_question_length: int = _DEFAULT_MAX_QUESTION_LENGTH):
         example = _to_example(inputs)
         _check_context(example["context"])
-        check_questions([example["question"]], self.tokenizer, max_question_length)
+        check_questions([example["question"]], self.tokenizer, max_question_length, _max_positions(self.model))
         # Tokenization happens per batch in `_forward`: the reader pairs each question with blocks that are only known
         # after retrieval, and a long context yields a variable number of windows, which the default collator cannot
         # pad. Strings are collated into lists.
@@ -398,3 +401,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
 
 
 __all__ = ["RealmQuestionAnsweringPipeline"]
+
+
+def _max_positions(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)

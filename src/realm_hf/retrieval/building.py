@@ -40,11 +40,18 @@ class RealmIndexState:
     embedder_fingerprint: str | None = None
 
 
-def split_and_embed(documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, **embed_kwargs):
-    """Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`."""
+def split_and_embed(
+    documents, embedder, tokenizer, max_block_length, first_doc_id, empty_message, check=None, **embed_kwargs
+):
+    """
+    Split documents into blocks and embed them: `(columns, [num_blocks, dim] float32 embeddings)`. `check`, if given,
+    sees the block columns before the (costly) embedding and may refuse them.
+    """
     columns = split_documents(documents, tokenizer, max_block_length, first_doc_id=first_doc_id)
     if not columns["text"]:
         raise ValueError(empty_message)
+    if check is not None:
+        check(columns)
     embeddings = embed_blocks(
         embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
     )

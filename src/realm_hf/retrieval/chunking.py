@@ -9,6 +9,7 @@ import datasets
 import numpy as np
 
 from ..sentences import sentence_spans
+from ..text_inputs import check_text
 from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
     columns: dict[str, list] = {"doc_id": [], "title": [], "text": [], "char_start": [], "char_end": []}
     metadata: dict[str, list] = {}
     num_blocks = 0
+    seen_doc_ids: dict = {}  # doc_id -> position of the document that has it
     for position, document in enumerate(_iter_documents(documents)):
         text = document.get("text")
         if text is None or not isinstance(text, str):
@@ -168,9 +170,21 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
         title = document.get("title") or ""
         if not isinstance(title, str):
             raise ValueError(f"Document {position} has a 'title' of type {type(title).__name__}; expected a string.")
+        # The rule every entry point shares (text_inputs): undecodable bytes are refused, never indexed as garbage.
+        check_text(text, f"Document {position}'s text")
+        check_text(title, f"Document {position}'s title")
         doc_id = document.get("doc_id")
+        given = doc_id is not None
         if doc_id is None:
             doc_id = first_doc_id + position
+        if doc_id in seen_doc_ids:
+            # `remove_documents(doc_id)` would remove both documents.
+            how = "" if given else f" (the id it gets from its position, {first_doc_id} + {position})"
+            raise ValueError(
+                f"Documents {seen_doc_ids[doc_id]} and {position} have the same doc_id {doc_id!r}{how}: doc_ids "
+                "must be unique (give every document its own doc_id, or none to number them by position)."
+            )
+        seen_doc_ids[doc_id] = position
         spans, block_title = block_spans(tokenizer, text, title, max_block_length)
         extra = {k: v for k, v in document.items() if k not in _RESERVED_COLUMNS}
         for key in extra:

@@ -162,6 +162,8 @@ def embed_blocks(
     texts = list(texts)
     if not texts:
         raise ValueError("No blocks to embed: the corpus is empty.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
     encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length)
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
     lengths = np.array([len(ids) for ids in encoded["input_ids"]])

@@ -49,12 +49,29 @@ def add_documents(
         max_block_length,
         first_doc_id,
         "No blocks to add: the documents are empty.",
+        # Before the embedding work; `add_blocks` checks again under the lock.
+        check=lambda columns: _check_new_doc_ids(retriever._corpus, list(dict.fromkeys(columns["doc_id"]))),
         batch_size=batch_size,
         device=device,
         dtype=dtype,
         show_progress=show_progress,
     )
     return add_blocks(retriever, columns, embeddings)
+
+
+def _check_new_doc_ids(corpus: BlockCorpus, doc_ids: list) -> None:
+    """Refuse documents whose `doc_id` the corpus already has: `remove_documents` would then remove both."""
+    if "doc_id" not in corpus.dataset.column_names or not doc_ids:
+        return
+    as_string = corpus.dataset.features["doc_id"].dtype == "string"  # new ids are stored as strings there
+    new = {str(d) if as_string else d for d in doc_ids}
+    taken = new.intersection(corpus.dataset.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist())
+    if taken:
+        raise ValueError(
+            f"The corpus already has documents with doc_id {sorted(taken, key=str)[:10]}: doc_ids must be unique. "
+            "Remove the old version first (`retriever.remove_documents(doc_ids)`), or give the new documents other "
+            "ids."
+        )
 
 
 def add_blocks(retriever: RealmRetriever, columns: dict, embeddings: np.ndarray) -> list[int]:
@@ -64,6 +81,8 @@ def add_blocks(retriever: RealmRetriever, columns: dict, embeddings: np.ndarray)
             f"New embeddings have dimension {embeddings.shape[1]} but the corpus has {retriever.embedding_dim}."
         )
     with retriever._lock:
+        if columns.get("doc_id") is not None:
+            _check_new_doc_ids(retriever._corpus, list(dict.fromkeys(columns["doc_id"])))
         new_ids = np.arange(retriever._next_block_id, retriever._next_block_id + len(embeddings), dtype=np.int64)
         # Everything that can fail comes before the first change to the live state.
         corpus = BlockCorpus(retriever._corpus.appended({"block_id": new_ids, **columns}, embeddings))

@@ -121,6 +121,10 @@ def _read_manifest(path: str) -> dict:
     missing = [k for k in ("format_version", "embedding_dim", "num_blocks", "index_type") if k not in manifest]
     if missing:
         raise ValueError(f"{manifest_path} lacks {missing}: not a realm-hf retriever manifest. {_REBUILD_HINT}")
+    for key in ("format_version", "embedding_dim", "num_blocks"):
+        value = manifest[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{manifest_path}: `{key}` must be an integer, got {value!r}. {_REBUILD_HINT}")
     if int(manifest["format_version"]) > FORMAT_VERSION:
         raise ValueError(
             f"{manifest_path} has format version {manifest['format_version']}, newer than this realm-hf supports "

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from transformers import Trainer
 
-from ..modeling_realm import check_questions
 from ..progress import progress_bar
+from ..text_inputs import question_problems, question_text_problems, truncate_questions
 from ..tokenization_realm import tokenizer_call
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,9 @@ class DataCollatorForOpenQA:
 
     Args:
         tokenizer: The question tokenizer (the retriever's tokenizer).
-        max_question_length (`int`, *optional*, defaults to 64): Longer questions are refused (not silently cut).
+        max_question_length (`int`, *optional*, defaults to 64): Longer questions are cut to this many wordpieces
+            (as transformers' collators truncate), the text too, so the reader sees what the embedder saw; the first
+            cut is logged and `num_truncated` counts them. Empty, non-string or undecodable questions are refused.
         question_column (`str`, *optional*, defaults to `"question"`)
         answers_column (`str`, *optional*, defaults to `"answers"`): A list of answer strings (or one string).
     """
@@ -37,10 +39,23 @@ class DataCollatorForOpenQA:
     max_question_length: int = 64
     question_column: str = "question"
     answers_column: str = "answers"
+    num_truncated: int = 0
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
         questions = [example[self.question_column] for example in examples]
-        check_questions(questions, self.tokenizer, self.max_question_length)
+        problems = question_text_problems(questions)
+        if problems:
+            raise ValueError("; ".join(f"Training question {questions[i]!r}: {reason}" for i, reason in problems))
+        questions, truncated = truncate_questions(questions, self.tokenizer, self.max_question_length)
+        if truncated:
+            if not self.num_truncated:
+                logger.warning(
+                    "Training question cut to its first %d wordpieces (max_question_length): %r. Further cuts are "
+                    "counted in the collator's `num_truncated`.",
+                    self.max_question_length,
+                    questions[truncated[0]],
+                )
+            self.num_truncated += len(truncated)
         batch = dict(tokenizer_call(self.tokenizer, questions, padding=True, return_tensors="pt"))
         batch["questions"] = questions
         if all(self.answers_column in example for example in examples):
@@ -55,6 +70,41 @@ class DataCollatorForOpenQA:
         return batch
 
 
+def check_training_questions(
+    dataset, tokenizer, max_question_length: int = 64, question_column: str = "question", what: str = "training"
+) -> int:
+    """
+    Check a QA dataset's questions before training starts (so a bad record stops the run before the first step, not
+    at it): a missing column, a question that is not a non-empty, decodable string raises a `ValueError` naming its
+    record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
+
+    Returns:
+        `int`: how many questions will be cut.
+    """
+    if question_column not in dataset.column_names:
+        raise ValueError(
+            f"The {what} data has no {question_column!r} column (columns: {', '.join(dataset.column_names)})."
+        )
+    questions = list(dataset[question_column])
+    problems = question_text_problems(questions)
+    if problems:
+        listed = "; ".join(f"record {i + 1}: {reason}" for i, reason in problems[:5])
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise ValueError(f"{len(problems)} bad {what} question(s): {listed}{more}.")
+    _, truncated = truncate_questions(questions, tokenizer, max_question_length)
+    if truncated:
+        logger.warning(
+            "%d of %d %s questions are longer than %d wordpieces (max_question_length) and will be cut to that "
+            "length, e.g. record %d.",
+            len(truncated),
+            len(questions),
+            what,
+            max_question_length,
+            truncated[0] + 1,
+        )
+    return len(truncated)
+
+
 def evaluate_openqa(
     model,
     dataset,
@@ -65,11 +115,16 @@ def evaluate_openqa(
     answers_column: str = "answers",
     show_progress: bool = True,
     return_predictions: bool = False,
+    max_question_length: int = 64,
 ) -> dict[str, float]:
     """
     Evaluate a [`RealmForOpenQA`] on a QA dataset: exact match and F1 of the predicted answers (SQuAD normalisation)
     and answer recall@k of retrieval (a question counts as hit at k if one of its top-k blocks contains a gold answer,
     as in ORQA/REALM).
+
+    Every question is scored: one longer than `max_question_length` wordpieces is cut to that length (as in
+    training), and one that cannot be answered at all (empty, undecodable, no known wordpiece) counts as a wrong
+    answer with nothing retrieved; both are logged.
 
     Returns:
         `dict` with `exact_match`, `f1` (0-100) and `recall@k` (0-1) for each k (and `predictions` if asked).
@@ -78,32 +133,66 @@ def evaluate_openqa(
 
     retriever = model.require_retriever()
     tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
     questions = list(dataset[question_column])
     references = [[a] if isinstance(a, str) else list(a) for a in dataset[answers_column]]
     if not questions:
         raise ValueError("The evaluation set is empty.")
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions is not None:
+        max_question_length = min(max_question_length, max_positions - 2)  # [CLS] question [SEP] must fit
+    # Every question is scored: over-long ones are cut as in training; one that cannot be answered at all (empty, no
+    # known wordpiece, ...) counts as a wrong answer with nothing retrieved, rather than stopping the evaluation.
+    not_text = {i for i, _ in question_text_problems(questions)}
+    text_ok = [i for i in range(len(questions)) if i not in not_text]
+    cut, truncated = truncate_questions([questions[i] for i in text_ok], tokenizer, max_question_length)
+    for i, text in zip(text_ok, cut):
+        questions[i] = text
+    if truncated:
+        logger.warning(
+            "%d evaluation question(s) longer than %d wordpieces were cut to that length (max_question_length).",
+            len(truncated),
+            max_question_length,
+        )
+    unanswerable = dict(question_problems(questions, tokenizer, max_question_length))
+    if unanswerable:
+        first = min(unanswerable)
+        logger.warning(
+            "%d evaluation question(s) cannot be answered and count as wrong, e.g. question %d: %s.",
+            len(unanswerable),
+            first,
+            unanswerable[first],
+        )
+    answerable = [i for i in range(len(questions)) if i not in unanswerable]
     max_k = min(max(recall_ks), len(retriever))
-    predictions, retrieved_texts = [], []
+    predictions, retrieved_texts = [""] * len(questions), [[] for _ in questions]
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             for start in progress_bar(
-                range(0, len(questions), batch_size), desc="Evaluating", disable=not show_progress, leave=False
+                range(0, len(answerable), batch_size), desc="Evaluating", disable=not show_progress, leave=False
             ):
-                chunk = questions[start : start + batch_size]
-                results = model.answer(chunk, tokenizer=tokenizer, batch_size=batch_size)
-                predictions.extend(result["answer"] for result in results)
+                rows = answerable[start : start + batch_size]
+                chunk = [questions[i] for i in rows]
+                results = model.answer(
+                    chunk, tokenizer=tokenizer, batch_size=batch_size, max_question_length=max_question_length
+                )
+                for i, result in zip(rows, results):
+                    predictions[i] = result["answer"]
                 if max_k <= min(len(result["retrieved"]) for result in results):
                     # The reader's own retrieval already covers the deepest cut-off.
-                    retrieved_texts.extend([[b["text"] for b in result["retrieved"]] for result in results])
+                    for i, result in zip(rows, results):
+                        retrieved_texts[i] = [b["text"] for b in result["retrieved"]]
                     continue
                 inputs = tokenizer_call(tokenizer, chunk, padding=True, return_tensors="pt").to(model.device)
                 embeddings = model.embed_questions(
                     inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
                 )
                 search = retriever.search(embeddings, max_k)
-                retrieved_texts.extend([[block["text"] for block in blocks] for blocks in search.blocks])
+                for i, blocks in zip(rows, search.blocks):
+                    retrieved_texts[i] = [block["text"] for block in blocks]
     finally:
         model.train(was_training)
     metrics = compute_qa_metrics(predictions, references)
@@ -135,7 +224,11 @@ class RealmOpenQATrainer(Trainer):
     def __init__(self, *args, recall_ks: Sequence[int] = (1, 5), **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         if kwargs.get("data_collator") is None and model is not None and getattr(model, "retriever", None) is not None:
-            kwargs["data_collator"] = DataCollatorForOpenQA(model.retriever.tokenizer)
+            # Questions are cut to what the question embedder's positions take, [CLS] and [SEP] included.
+            max_positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 66
+            kwargs["data_collator"] = DataCollatorForOpenQA(
+                model.retriever.tokenizer, max_question_length=min(64, max_positions - 2)
+            )
         super().__init__(*args, **kwargs)
         self.recall_ks = tuple(recall_ks)
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
@@ -166,6 +259,7 @@ class RealmOpenQATrainer(Trainer):
             question_column=getattr(collator, "question_column", "question"),
             answers_column=getattr(collator, "answers_column", "answers"),
             show_progress=not self.args.disable_tqdm,
+            max_question_length=getattr(collator, "max_question_length", 64),
         )
         metrics = {f"{metric_key_prefix}_{key}": value for key, value in metrics.items()}
         self.log(metrics)
@@ -241,4 +335,4 @@ def _as_list(value) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
-__all__ = ["DataCollatorForOpenQA", "RealmOpenQATrainer", "evaluate_openqa"]
+__all__ = ["DataCollatorForOpenQA", "RealmOpenQATrainer", "check_training_questions", "evaluate_openqa"]

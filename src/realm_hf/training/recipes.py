@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import datasets
 from transformers import Trainer, TrainingArguments, enable_full_determinism, set_seed
 
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
 from .ict import DataCollatorForInverseClozeTask
 from .masking import DataCollatorForSalientSpanMasking
-from .openqa import RealmOpenQATrainer
+from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, check_training_questions
 from .optimization import two_rate_adamw
 
 
@@ -98,7 +99,8 @@ def openqa_trainer(
     """
     The Open-QA fine-tuning Trainer: [`RealmOpenQATrainer`] (its collator is [`DataCollatorForOpenQA`] with the
     retriever's tokenizer) with `reindex`, if given, first among the callbacks so `report_to` integrations receive the
-    refresh metrics. `model` may be a PEFT wrapper.
+    refresh metrics. `model` may be a PEFT wrapper. The questions of both datasets are checked first
+    ([`check_training_questions`]): a bad record fails here, not at a training step.
     """
     trainer = RealmOpenQATrainer(
         model=model,
@@ -109,6 +111,13 @@ def openqa_trainer(
         callbacks=list(callbacks) or None,
         **kwargs,
     )
+    collator = trainer.data_collator
+    if isinstance(collator, DataCollatorForOpenQA):
+        for dataset, what in ((train_dataset, "training"), (eval_dataset, "evaluation")):
+            if isinstance(dataset, datasets.Dataset):  # streamed data is checked by the collator as it comes
+                check_training_questions(
+                    dataset, collator.tokenizer, collator.max_question_length, collator.question_column, what
+                )
     if reindex is not None:
         reindex.attach(trainer)
     return trainer

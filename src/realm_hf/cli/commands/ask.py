@@ -5,69 +5,99 @@ from __future__ import annotations
 import json
 import sys
 
-from ..common import EXIT_OK, CLIError, load_tokenizer, progress
+from ..common import EXIT_ERROR, EXIT_OK, CLIError, load_tokenizer, progress
 from ..models import load_openqa
 from ..readers import read_questions
 
+# The pipeline's default limit, passed explicitly so that the up-front check and the pipeline agree.
+MAX_QUESTION_LENGTH = 64
 
-def _answer_questions(model, questions: list[str], args) -> list[list[dict]]:
+
+def _pipeline(model, args):
     from ...pipeline_realm import RealmQuestionAnsweringPipeline
 
     # Without a retriever (answering from --context) the tokenizer comes from the model directory.
     tokenizer = None if model.retriever is not None else load_tokenizer(args.model)
-    qa = RealmQuestionAnsweringPipeline(
+    return RealmQuestionAnsweringPipeline(
         model=model, tokenizer=tokenizer, device=model.device, batch_size=args.batch_size
     )
-    call_kwargs = {"top_k": args.top_k}
+
+
+def _answer_batches(qa, questions: list[str], args):
+    """Yield the answers of each batch of `questions` (a list per question) as soon as the batch is read."""
+    call_kwargs = {"top_k": args.top_k, "max_question_length": MAX_QUESTION_LENGTH}
     if args.num_blocks is not None:
         call_kwargs["num_blocks"] = args.num_blocks
     if args.max_answer_len is not None:
         call_kwargs["max_answer_len"] = args.max_answer_len
-    results = []
+    if args.context is not None:
+        call_kwargs["context"] = args.context
     chunks = range(0, len(questions), args.batch_size)
-    # The pipeline validates all questions of a call first, so one bad line fails before any model work.
     for start in progress(chunks, desc="Answering", unit="batch", disable=len(chunks) < 2, leave=False):
-        chunk = questions[start : start + args.batch_size]
-        kwargs = dict(call_kwargs)
-        if args.context is not None:
-            kwargs["context"] = args.context
-        out = qa(chunk, **kwargs)
-        for answers in out:
+        results = []
+        for answers in qa(questions[start : start + args.batch_size], **call_kwargs):
             answers = answers if isinstance(answers, list) else [answers]
             results.append([a for a in answers if a.get("answer")] or answers[:1])
-    return results
+        yield results
+
+
+def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
+    if as_json:
+        for rank, answer in enumerate(answers, 1):
+            record = {"question": question, "rank": rank}
+            record.update(answer)
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return
+    out.write(f"Q: {question}\n")
+    for rank, answer in enumerate(answers, 1):
+        if not answer.get("answer"):
+            out.write("   (no answer)\n")
+            continue
+        prefix = "A:" if len(answers) == 1 else f"{rank:>2}."
+        block = answer.get("block")
+        # A `context=` answer carries the context as its block, with no block id.
+        if block and block.get("block_id") is not None:
+            title = f'"{block["title"]}" ' if block.get("title") else ""
+            source = f"  [source: {title}(block {block['block_id']})]"
+        else:
+            source = "  [source: the given context]"
+        out.write(f"{prefix} {answer['answer']}  (score {answer['score']:.3f}){source}\n")
+    out.write("\n")
 
 
 def run(args) -> int:
-    questions = read_questions(args.questions, args.file)
+    from ...text_inputs import check_context, question_problems
+
+    items = read_questions(args.questions, args.file)
     if args.top_k < 1:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    if args.context is not None:
+        try:
+            check_context(args.context)
+        except ValueError as err:
+            raise CLIError(f"--context: {err}") from None
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
-    results = _answer_questions(model, questions, args)
+    qa = _pipeline(model, args)
+    # Bad lines are reported, with where they are, and the others answered: one bad line never costs the rest.
+    problems = {i: problem for i, (_, _, problem) in enumerate(items) if problem is not None}
+    readable = [i for i in range(len(items)) if i not in problems]
+    for j, problem in question_problems([items[i][1] for i in readable], qa.tokenizer, MAX_QUESTION_LENGTH):
+        problems[readable[j]] = problem
+    for i in sorted(problems):
+        print(f"error: {items[i][0]}: {problems[i].rstrip('.')}.", file=sys.stderr)
+    good = [i for i in readable if i not in problems]
     out = sys.stdout
-    for question, answers in zip(questions, results):
-        if args.json:
-            for rank, answer in enumerate(answers, 1):
-                record = {"question": question, "rank": rank}
-                record.update(answer)
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        else:
-            out.write(f"Q: {question}\n")
-            for rank, answer in enumerate(answers, 1):
-                if not answer.get("answer"):
-                    out.write("   (no answer)\n")
-                    continue
-                prefix = "A:" if len(answers) == 1 else f"{rank:>2}."
-                block = answer.get("block")
-                # A `context=` answer carries the context as its block, with no block id.
-                if block and block.get("block_id") is not None:
-                    title = f'"{block["title"]}" ' if block.get("title") else ""
-                    source = f"  [source: {title}(block {block['block_id']})]"
-                else:
-                    source = "  [source: the given context]"
-                out.write(f"{prefix} {answer['answer']}  (score {answer['score']:.3f}){source}\n")
-            out.write("\n")
-    out.flush()
+    done = 0
+    # Written batch by batch: answers already computed are printed even if a later batch fails.
+    for results in _answer_batches(qa, [items[i][1] for i in good], args) if good else ():
+        for answers in results:
+            _write(out, items[good[done]][1], answers, args.json)
+            done += 1
+        out.flush()
+    if problems:
+        where = "; ".join(items[i][0] for i in sorted(problems)[:5]) + ("; ..." if len(problems) > 5 else "")
+        print(f"error: {len(problems)} of {len(items)} questions not answered ({where}); see above.", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK

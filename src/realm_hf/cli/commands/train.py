@@ -99,6 +99,13 @@ def _train_finetune(config: dict, args) -> dict:
             "refresh_steps re-embeds the corpus with the document embedder, which only changes when it trains: set "
             "train_document_embedder: true (or drop refresh_steps; REALM fine-tuning keeps the index fixed)."
         )
+    question_column = config.get("question_column", "question")
+    answers_column = config.get("answers_column", "answers")
+    if not config.get("train_file"):
+        raise CLIError("finetune needs a train_file (JSONL/CSV/Parquet with question and answers).")
+    # Read and checked before any model is loaded or corpus embedded: a bad record costs seconds, not the embedding.
+    train_dataset = load_qa(config["train_file"], question_column, answers_column)
+    eval_dataset = load_qa(config["eval_file"], question_column, answers_column) if config.get("eval_file") else None
     if config.get("model"):
         require_local_or_hub(config["model"], "model")
         model = RealmForOpenQA.from_pretrained(config["model"], allow_pickle=bool(config.get("allow_pickle")))
@@ -117,13 +124,6 @@ def _train_finetune(config: dict, args) -> dict:
         model.require_retriever()
     # Trained end to end, or frozen (a document embedder the model came with too), so the index never goes stale.
     set_document_embedder_trainable(model, bool(config.get("train_document_embedder")))
-
-    question_column = config.get("question_column", "question")
-    answers_column = config.get("answers_column", "answers")
-    if not config.get("train_file"):
-        raise CLIError("finetune needs a train_file (JSONL/CSV/Parquet with question and answers).")
-    train_dataset = load_qa(config["train_file"], question_column, answers_column)
-    eval_dataset = load_qa(config["eval_file"], question_column, answers_column) if config.get("eval_file") else None
 
     training_model = model
     lora = config.get("lora")
