@@ -1,8 +1,8 @@
 """The `realm-hf` command line: every subcommand on the tiny legacy fixture model and the test corpus.
 
 Commands run in-process through `main([...])` (fast: no interpreter start-up); one subprocess checks the installed
-console script. `push` and `convert <hub id>` run against the in-process Hub server of test_hub.py (HTTP on 127.0.0.1), and their
-offline errors with `HF_HUB_OFFLINE=1`; no test reaches the real Hub.
+console script. `push` and `convert <hub id>` run against the in-process Hub server of tests/hub_server.py (HTTP on
+127.0.0.1), and their offline errors with `HF_HUB_OFFLINE=1`; no test reaches the real Hub.
 """
 
 import csv
@@ -557,25 +557,13 @@ def test_train_from_bert_seed_sets_the_fresh_heads(seeded_train):
 
 @pytest.fixture
 def local_hub(tmp_path, monkeypatch):
-    """The in-process Hub server of test_hub.py, with huggingface_hub pointed at it (online) and a fresh cache."""
-    local_hub_class = getattr(pytest.importorskip("test_hub"), "LocalHub", None)
-    if local_hub_class is None:
-        pytest.skip("test_hub.LocalHub (the in-process Hub server) is not available")
-    from huggingface_hub import constants
-
-    with local_hub_class() as hub:
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
-        monkeypatch.setattr(
-            constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}"
-        )
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        # transformers keeps one HfApi, made with the endpoint of its first use (an offline test may have made it
-        # for huggingface.co): let it make one for this server.
-        monkeypatch.setattr("transformers.utils.hub._hf_api", None)
-        monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")  # never leaves 127.0.0.1
+    """The in-process Hub server of tests/hub_server.py, with huggingface_hub pointed at it (online), a fresh cache."""
+    hub_server = pytest.importorskip("hub_server")
+    with hub_server.LocalHub() as hub:
+        hub_server.point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_TOKEN", hub_server.TOKEN)  # never leaves 127.0.0.1
         yield hub
+        assert not hub.unauthorized
 
 
 def _repo_files(hub, repo_type, repo_id):

@@ -5,19 +5,23 @@ No test reaches the network. `HF_HUB_OFFLINE=1` (conftest.py) holds everywhere e
 
 - Local directories: `save_pretrained` -> `from_pretrained` answers identically (answers, scores, block ids), through
   `RealmForOpenQA.answer` and the pipeline.
-- The Hub over HTTP: no Hub-compatible server installs from PyPI here (`hf-local-hub` 3.0.0 is a thin client whose
-  server is a Go binary the wheel does not ship), so `LocalHub` below implements, in-process on 127.0.0.1, the part
-  of the Hub API that huggingface_hub calls: repo and branch creation, preupload + commit (files sent inline),
-  repo info, tree listing, card YAML validation and `resolve` downloads with the headers the client relies on
-  (`X-Repo-Commit`, `ETag`, `X-Error-Code`). Through it, with the real huggingface_hub and transformers clients:
-  `push_to_hub` (model + tokenizer + Parquet corpus + FAISS index + manifest + card) -> `from_pretrained(repo_id)` and
-  `realm_hf.pipeline(repo_id)` answer identically; only `retriever/*` is fetched for the retriever, pinned to one
-  commit; the cache huggingface_hub filled then serves the model offline; a hand-edited README on the Hub keeps its
-  text and metadata across pushes; pushes to a branch load with `revision=`; a model repo referencing a corpus
-  dataset repo (`push_corpus_to_hub` + `set_retriever_reference`) loads it; a repo without a retriever loads without
-  one, online (404) and offline (the cached "does not exist" marker).
-  Not covered by it: the real Hub's large-file paths (LFS / Xet uploads; `LocalHub` asks for inline uploads), auth,
-  rate limits, and anything the real server does differently from this subset.
+- The Hub over HTTP: no Hub-compatible server with an upload API installs from PyPI here (`hf-local-hub` 3.0.0 is a
+  thin client whose server is a Go binary the wheel does not ship; `olah` is a read-only mirror, see
+  tests/test_hub_olah.py), so `LocalHub` (tests/hub_server.py) implements, in-process on 127.0.0.1, the part of the
+  Hub API that huggingface_hub calls: repo and branch creation, preupload answering `lfs` or `regular` as the Hub
+  does, the Git LFS batch API with its storage PUT and verify call, commits with inline and LFS files, repo info,
+  tree listing, card YAML validation, `resolve` downloads (LFS files as a redirect to storage) and the Bearer token
+  on every write call. Through it, with the real huggingface_hub and transformers clients: `push_to_hub` (model +
+  tokenizer + Parquet corpus + FAISS index + manifest + card) uploads the weights, index and corpus through LFS ->
+  `from_pretrained(repo_id)` and `realm_hf.pipeline(repo_id)` answer identically; only `retriever/*` is fetched for
+  the retriever, pinned to one commit; the cache huggingface_hub filled then serves the model offline; a wrong token
+  is refused; a hand-edited README on the Hub keeps its text and metadata across pushes; pushes to a branch load
+  with `revision=`; a model repo referencing a corpus dataset repo (`push_corpus_to_hub` + `set_retriever_reference`)
+  loads it; a repo without a retriever loads without one, online (404) and offline (the cached "does not exist"
+  marker).
+  Not covered by it: Xet uploads (huggingface_hub takes them whenever `hf_xet` is installed; the tests set
+  `HF_HUB_DISABLE_XET`, which makes the client take the LFS path), multipart LFS, rate limits, and anything the real
+  server does differently from this subset.
 - The cache laid out by hand (`<cache>/models--org--name/snapshots/<commit>/` + `refs/main`) for offline loading
   by repo id and revision, and the clear error when the retriever is not in the cache.
 - Publishing details with `HfApi` replaced by recorders: what exactly is uploaded (and deleted), branches, dataset
@@ -25,20 +29,17 @@ No test reaches the network. `HF_HUB_OFFLINE=1` (conftest.py) holds everywhere e
   uploads folders one level deep, so the retriever's `corpus/` and `tokenizer/` sub-folders make it fail).
 """
 
-import base64
 import hashlib
 import json
 import os
-import re
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pytest
 import torch
+from hub_server import TOKEN, LfsFile, LocalHub, point_clients_at
 from huggingface_hub import constants
-from huggingface_hub.errors import EntryNotFoundError
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 from test_pipeline import DOCS, QUESTIONS, assert_same_answers, build_tiny_model, save_tiny_model
 
 import realm_hf
@@ -224,204 +225,17 @@ def test_load_retriever_from_hub_signature_matches_modeling_call(saved, tmp_path
 # ------------------------------------------------------------------------------------------------------------------
 
 
-class LocalHub:
-    """
-    An in-process HTTP server implementing the part of the Hub API that huggingface_hub uses to create repos and
-    branches, upload (preupload + commit with inline files), list (repo info, tree), validate card YAML and download
-    (`resolve`, with the `X-Repo-Commit`/`ETag` headers and `X-Error-Code` errors the client relies on). Storage is in
-    memory; every commit keeps a full copy of the repo's files.
-    """
-
-    def __init__(self):
-        self.repos = {}  # (type, repo_id) -> {"branches": {name: sha}, "commits": {sha: {path: bytes}}}
-        self.log = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    # -- storage ----------------------------------------------------------------------------------------------------
-
-    def _create(self, repo_type, repo_id):
-        key = (repo_type, repo_id)
-        if key not in self.repos:
-            sha = hashlib.sha1(f"{repo_type}/{repo_id}/init".encode()).hexdigest()
-            self.repos[key] = {"branches": {"main": sha}, "commits": {sha: {}}}
-        return self.repos[key]
-
-    def _resolve(self, repo, revision):
-        revision = unquote(revision)
-        if revision in repo["branches"]:
-            return repo["branches"][revision]
-        if revision in repo["commits"]:
-            return revision
-        return None
-
-    def _handler(hub):
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, body=b"", headers=None, content_type="application/json"):
-                if isinstance(body, (dict, list)):
-                    body = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def _error(self, status, code, headers=None):
-                self._send(status, {"error": code}, {"X-Error-Code": code, "X-Error-Message": code, **(headers or {})})
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length else b""
-
-            def _repo(self, repo_type, repo_id):
-                repo = hub.repos.get((repo_type, repo_id))
-                if repo is None:
-                    self._error(404, "RepoNotFound")
-                return repo
-
-            def do_HEAD(self):
-                self.do_GET()
-
-            def do_GET(self):
-                path = urlparse(self.path).path
-                hub.log.append((self.command, self.path))
-                m = re.fullmatch(r"/(?:(datasets)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
-                if m:
-                    repo_type = "dataset" if m.group(1) else "model"
-                    repo = self._repo(repo_type, m.group(2))
-                    if repo is None:
-                        return
-                    sha = hub._resolve(repo, m.group(3))
-                    if sha is None:
-                        return self._error(404, "RevisionNotFound")
-                    filename = unquote(m.group(4))
-                    files = repo["commits"][sha]
-                    if filename not in files:
-                        # Like the Hub: the commit comes along, so clients can cache that the file does not exist.
-                        return self._error(404, "EntryNotFound", {"X-Repo-Commit": sha})
-                    data = files[filename]
-                    etag = hashlib.sha1(data).hexdigest()
-                    return self._send(
-                        200, data, {"X-Repo-Commit": sha, "ETag": f'"{etag}"'}, "application/octet-stream"
-                    )
-                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
-                if m:
-                    repo = self._repo(m.group(1)[:-1], m.group(2))
-                    if repo is None:
-                        return
-                    sha = hub._resolve(repo, m.group(3) or "main")
-                    if sha is None:
-                        return self._error(404, "RevisionNotFound")
-                    siblings = [{"rfilename": p} for p in sorted(repo["commits"][sha])]
-                    return self._send(200, {"id": m.group(2), "sha": sha, "siblings": siblings, "private": False})
-                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?", path)
-                if m:
-                    repo = self._repo(m.group(1)[:-1], m.group(2))
-                    if repo is None:
-                        return
-                    sha = hub._resolve(repo, m.group(3))
-                    prefix = unquote(m.group(4) or "").strip("/")
-                    entries = [
-                        {"type": "file", "path": p, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
-                        for p, d in sorted(repo["commits"][sha].items())
-                        if not prefix or p.startswith(prefix + "/")
-                    ]
-                    return self._send(200, entries)
-                self._error(404, "NotFound")
-
-            def do_POST(self):
-                path = urlparse(self.path).path
-                hub.log.append((self.command, self.path))
-                body = self._body()
-                if path == "/api/validate-yaml":
-                    return self._send(200, {"errors": [], "warnings": []})
-                if path == "/api/repos/create":
-                    payload = json.loads(body)
-                    repo_type = payload.get("type") or "model"
-                    repo_id = f"{payload['organization']}/{payload['name']}"
-                    hub._create(repo_type, repo_id)
-                    prefix = "datasets/" if repo_type == "dataset" else ""
-                    return self._send(200, {"url": f"{hub.url}/{prefix}{repo_id}", "name": repo_id})
-                m = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(preupload|commit|branch)/([^/]+)", path)
-                if not m:
-                    return self._error(404, "NotFound")
-                repo = self._repo(m.group(1)[:-1], m.group(2))
-                if repo is None:
-                    return
-                action, revision = m.group(3), unquote(m.group(4))
-                if action == "branch":
-                    repo["branches"].setdefault(revision, repo["branches"]["main"])
-                    return self._send(200, {})
-                sha = hub._resolve(repo, revision)
-                if sha is None:
-                    return self._error(404, "RevisionNotFound")
-                if action == "preupload":
-                    files = json.loads(body)["files"]
-                    modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]
-                    return self._send(200, {"files": modes, "commitOid": sha})
-                files = dict(repo["commits"][sha])
-                for line in body.decode().splitlines():
-                    if not line.strip():
-                        continue
-                    item = json.loads(line)
-                    value = item["value"]
-                    if item["key"] == "file":
-                        files[value["path"]] = base64.b64decode(value["content"])
-                    elif item["key"] == "deletedFile":
-                        files.pop(value["path"], None)
-                    elif item["key"] == "deletedFolder":
-                        for p in [p for p in files if p.startswith(value["path"].rstrip("/") + "/")]:
-                            del files[p]
-                    elif item["key"] != "header":
-                        return self._error(400, f"Unsupported{item['key']}")
-                new = hashlib.sha1(
-                    json.dumps(sorted((p, hashlib.sha1(d).hexdigest()) for p, d in files.items())).encode()
-                    + sha.encode()
-                ).hexdigest()
-                repo["commits"][new] = files
-                repo["branches"][revision if revision in repo["branches"] else "main"] = new
-                return self._send(
-                    200,
-                    {"commitUrl": f"{hub.url}/{m.group(2)}/commit/{new}", "commitOid": new, "pullRequestUrl": None},
-                )
-
-        return Handler
-
-
 @pytest.fixture
 def local_hub(tmp_path, monkeypatch):
     """Point huggingface_hub (and so transformers) at a LocalHub, online, with a fresh cache; offline again after."""
     with LocalHub() as hub:
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
-        monkeypatch.setattr(
-            constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}"
-        )
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        # transformers keeps one HfApi, made with the endpoint of its first use: let it make one for this server.
-        monkeypatch.setattr("transformers.utils.hub._hf_api", None)
-        monkeypatch.setenv("HF_TOKEN", "hf_local_test_token")  # never leaves 127.0.0.1
+        point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_TOKEN", TOKEN)  # never leaves 127.0.0.1
         hub.cache = str(tmp_path / "hf-cache")
         yield hub
-        assert not [entry for entry in hub.log if entry[0] == "POST" and "/api/" not in entry[1]]
+        assert not hub.unauthorized, "every write call carries the token"
+        # The token stays on the Hub: uploads to and downloads from storage carry no Authorization header.
+        assert not [entry for entry in hub.storage_log if entry[2]]
 
 
 def test_push_and_load_through_a_local_hub(saved, local_hub, monkeypatch):
@@ -440,6 +254,19 @@ def test_push_and_load_through_a_local_hub(saved, local_hub, monkeypatch):
         "retriever/index.faiss",
     } <= set(files)
     assert any(f.startswith("retriever/corpus/") and f.endswith(".parquet") for f in files)
+    # The weights, the index and the corpus went through Git LFS (batch, storage PUT, verify), as on the Hub; the
+    # config and manifest (text) inline.
+    stored = local_hub.files("realm-test/tiny")
+    lfs = {path for path, value in stored.items() if isinstance(value, LfsFile)}
+    assert {"model.safetensors", "retriever/index.faiss"} <= lfs
+    assert all(path.endswith(".parquet") for path in lfs - {"model.safetensors", "retriever/index.faiss"})
+    assert not {"config.json", "retriever/retriever_manifest.json", "README.md"} & lfs
+    uploaded = {oid for oid, _ in local_hub.lfs_uploads}
+    assert {stored[p].oid for p in lfs} <= uploaded
+    assert (
+        stored["model.safetensors"].oid == hashlib.sha256(local_hub.content(stored["model.safetensors"])).hexdigest()
+    )
+    assert any(method == "POST" and path.endswith(".git/info/lfs/objects/batch") for method, path in local_hub.log)
 
     reloaded = RealmForOpenQA.from_pretrained("realm-test/tiny")
     assert_same_model_answers(answers_of(reloaded), answers_of(model))
@@ -447,14 +274,27 @@ def test_push_and_load_through_a_local_hub(saved, local_hub, monkeypatch):
     original = realm_hf.pipeline("question-answering", model=model)
     assert_same_answers(pipe(QUESTIONS[0], top_k=3), original(QUESTIONS[0], top_k=3))
     # Only the retriever folder was fetched for the retriever (allow_patterns), pinned to one commit.
-    resolved = [unquote(path) for method, path in local_hub.log if method == "GET" and "/resolve/" in path]
+    resolved = [unquote(path) for method, path in local_hub.log if method in ("GET", "HEAD") and "/resolve/" in path]
     commit = local_hub.repos[("model", "realm-test/tiny")]["branches"]["main"]
     assert any(f"/resolve/{commit}/retriever/index.faiss" in path for path in resolved)
+    # LFS content came from storage (the resolve call redirects there).
+    fetched = {path for method, path, _ in local_hub.storage_log if method == "GET"}
+    assert f"/objects/{stored['retriever/index.faiss'].oid}" in fetched
+    assert f"/objects/{stored['model.safetensors'].oid}" in fetched
 
     # The cache huggingface_hub filled (blobs + symlinks) then serves the same model offline.
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     offline = RealmForOpenQA.from_pretrained("realm-test/tiny")
     assert_same_model_answers(answers_of(offline), answers_of(model))
+
+
+def test_write_calls_need_the_token(saved, local_hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong_token")
+    with pytest.raises(HfHubHTTPError) as err:
+        push_to_hub(saved[0], "realm-test/denied", save_retriever=False)
+    assert err.value.response.status_code == 401
+    assert local_hub.unauthorized and not local_hub.repos and not local_hub.objects
+    local_hub.unauthorized.clear()
 
 
 def test_hand_written_readme_on_the_hub_survives_a_push(saved, local_hub):

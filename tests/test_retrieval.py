@@ -14,6 +14,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertTokenizer
 
 from realm_hf import faiss_utils
+from realm_hf.constants import FORMAT_VERSION
 from realm_hf.retrieval_realm import (
     INDEX_NAME,
     MANIFEST_NAME,
@@ -288,7 +289,7 @@ def test_save_load_round_trip(retriever, embedder, tokenizer, tmp_path, corpus_f
     assert manifest["embedding_dim"] == PROJ and manifest["num_blocks"] == len(retriever)
     assert manifest["index_type"] == "Flat" and manifest["metric"] == "inner_product"
     assert manifest["embedder_fingerprint"] == fingerprint_module(embedder)
-    assert manifest["max_block_length"] == MAX_BLOCK_LENGTH and manifest["format_version"] == 1
+    assert manifest["max_block_length"] == MAX_BLOCK_LENGTH and manifest["format_version"] == FORMAT_VERSION
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same embedder: not stale
         loaded = RealmRetriever.from_pretrained(tmp_path, embedder=embedder)

@@ -8,7 +8,8 @@ MANIFEST_NAME = "retriever_manifest.json"
 INDEX_NAME = "index.faiss"
 CORPUS_DIR = "corpus"
 TOKENIZER_DIR = "tokenizer"
-FORMAT_VERSION = 1
+# 2: index labels are rows of the saved corpus (`index_labels: row`); 1: block ids.
+FORMAT_VERSION = 2
 
 # Files of a legacy (transformers 4) RealmForOpenQA checkpoint.
 LEGACY_BLOCK_RECORDS = "block_records.npy"

@@ -18,10 +18,13 @@ Layout written by [`RealmRetriever.save_pretrained`]:
 ```
 <save_directory>/
     retriever_manifest.json     # format version, index type, metric, dim, num_blocks, embedder fingerprint, ...
-    index.faiss                 # faiss.write_index (no pickle); ids = block_id
+    index.faiss                 # faiss.write_index (no pickle); labels = rows of corpus/ (block ids in memory)
     corpus/                     # Dataset.save_to_disk (Arrow, memory-mapped on load) or data-XXXXX-of-XXXXX.parquet
     tokenizer/                  # tokenizer.save_pretrained (a subfolder: a model's own tokenizer may sit at top level)
 ```
+
+`corpus/` + `index.faiss` open with datasets' own `load_from_disk` + `load_faiss_index` + `get_nearest_examples`
+(docs/saved-layout.md).
 """
 
 from .constants import (  # noqa: F401 - re-exported: these names were importable from here

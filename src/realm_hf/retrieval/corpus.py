@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import mmap
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,8 +50,75 @@ def _embedding_column(embeddings: np.ndarray) -> pa.ChunkedArray:
     return pa.chunked_array(chunks)
 
 
-def _make_corpus(columns: Mapping[str, Any], embeddings: np.ndarray, features: datasets.Features | None = None):
-    """A `datasets.Dataset` from python/numpy columns and an `[n, dim]` embedding matrix (in memory, Arrow-backed)."""
+# -- Memory-mapped scratch files ---------------------------------------------------------------------------------------
+# A corpus built in this process (from documents, embeddings or legacy blocks; added blocks; re-embedded columns) is
+# written once to an Arrow file in a per-process scratch directory and memory-mapped from there, like a corpus loaded
+# with `load_from_disk`: the OS pages it in and out, and the process keeps no second copy in RAM. datasets' cache is
+# not involved (datasets keeps an in-memory Dataset's `map` results in memory, and `datasets.disable_caching()` only
+# moves cache files), so this works the same with caching on or off. The file is mapped through a Python `mmap` that
+# every Arrow buffer read from it references, so it is deleted exactly when the last array using it is freed (by any
+# Dataset: the retriever's, one a reader holds, or one derived with `select`/`concatenate_datasets`); the directory
+# goes at interpreter exit. Set `TMPDIR` to put it on a disk with room for the corpus.
+
+_SCRATCH = {"dir": None}
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _scratch_dir() -> str:
+    with _SCRATCH_LOCK:
+        if _SCRATCH["dir"] is None or not os.path.isdir(_SCRATCH["dir"]):
+            _SCRATCH["dir"] = tempfile.mkdtemp(prefix="realm-hf-corpus-")
+            atexit.register(shutil.rmtree, _SCRATCH["dir"], ignore_errors=True)
+        return _SCRATCH["dir"]
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:  # already gone, or still mapped on a platform that refuses (the directory goes at exit)
+        pass
+
+
+def memory_mapped(table: pa.Table, features: datasets.Features | None = None) -> datasets.Dataset:
+    """
+    `table` written to a scratch Arrow file and read back memory-mapped, as a `datasets.Dataset` with `features`
+    (default: inferred from the Arrow types). See the comment above for where the file lives and when it goes.
+    """
+    features = features if features is not None else datasets.Features.from_arrow_schema(table.schema)
+    schema = features.arrow_schema
+    table = table.cast(schema) if table.schema != schema else table
+    path = os.path.join(_scratch_dir(), f"corpus-{uuid.uuid4().hex}.arrow")
+    try:
+        # An Arrow IPC stream: the format of `Dataset.from_file` and `save_to_disk`.
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(table, max_chunksize=_ARROW_CHUNK_ROWS)
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as err:
+        _remove_quietly(path)
+        raise OSError(
+            f"Could not write the corpus ({table.nbytes} bytes) to its memory-mapped scratch file {path}: {err}. Set "
+            "the TMPDIR environment variable to a directory on a disk with room for it."
+        ) from None
+    weakref.finalize(mapping, _remove_quietly, path)
+    # Zero-copy: every buffer of the table is a slice of `mapping`, which lives as long as the last of them.
+    mapped = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mapping))).read_all()
+    # `MemoryMappedTable` records the path: `cache_files`, pickling and `save_to_disk` treat it as a file-backed table.
+    return datasets.Dataset(
+        datasets.table.MemoryMappedTable(mapped, path), info=datasets.DatasetInfo(features=features)
+    )
+
+
+def _make_corpus(
+    columns: Mapping[str, Any],
+    embeddings: np.ndarray,
+    features: datasets.Features | None = None,
+    in_memory: bool = False,
+):
+    """
+    A `datasets.Dataset` from python/numpy columns and an `[n, dim]` embedding matrix: memory-mapped from a scratch
+    file ([`memory_mapped`]), or an in-memory Arrow table with `in_memory=True`.
+    """
     types = {
         "block_id": pa.int64(),
         "title": pa.string(),
@@ -58,6 +133,9 @@ def _make_corpus(columns: Mapping[str, Any], embeddings: np.ndarray, features: d
     table = pa.table(arrays)
     if features is not None:
         table = _conform_table(table, features)
+    if not in_memory:
+        return memory_mapped(table, features)
+    if features is not None:
         return datasets.Dataset(datasets.table.InMemoryTable(table), info=datasets.DatasetInfo(features=features))
     return datasets.Dataset(datasets.table.InMemoryTable(table))
 
@@ -110,7 +188,8 @@ class BlockCorpus:
     """
     The blocks of a retriever: a `datasets.Dataset` (one row per block, `block_id`, `title`, `text`, metadata and
     `embeddings`) and the bookkeeping that finds a block's row from its id. Never modified in place: changes build a
-    new `BlockCorpus`, so a reader holding the old one keeps a consistent view.
+    new `BlockCorpus`, so a reader holding the old one keeps a consistent view. Blocks added to a memory-mapped table
+    (and re-embedded columns) are memory-mapped too; a table held in memory stays in memory.
 
     Args:
         dataset (`datasets.Dataset`): The block table; its `block_id`s must be unique.
@@ -225,22 +304,34 @@ class BlockCorpus:
             return int(values.max()) + 1 if len(values) else 0
         return fallback
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the table is held in memory (no Arrow file behind it), e.g. loaded with `mmap=False`."""
+        return not self.dataset.cache_files
+
+    def _new_table(self, table: pa.Table, features: datasets.Features | None = None) -> datasets.Dataset:
+        """`table` as a Dataset stored like this corpus: memory-mapped, or in memory for an in-memory corpus."""
+        if self.in_memory:
+            return datasets.Dataset(datasets.table.InMemoryTable(table), info=datasets.DatasetInfo(features=features))
+        return memory_mapped(table, features)
+
     def with_embeddings(self, embeddings: np.ndarray) -> datasets.Dataset:
         """This table with its `embeddings` column replaced by `embeddings` (`[len(self), dim]`, row order)."""
-        base = self.dataset.remove_columns(["embeddings"])
-        if base._indices is not None:
-            base = base.flatten_indices()  # horizontal concatenation needs plain tables
-        column = datasets.Dataset(
-            datasets.table.InMemoryTable(pa.table({"embeddings": _embedding_column(embeddings)}))
-        )
-        return datasets.concatenate_datasets([base, column], axis=1)
+        # One new table (not the old one with a column concatenated): a horizontal concatenation would keep listing
+        # the replaced embeddings' file among `cache_files`, after the data in it is gone.
+        rows = self.dataset.remove_columns(["embeddings"]).with_format("arrow")[:]
+        table = rows.append_column("embeddings", _embedding_column(embeddings))
+        features = datasets.Features({**self.dataset.features, "embeddings": self.dataset.features["embeddings"]})
+        if getattr(features["embeddings"], "length", None) != embeddings.shape[1]:
+            features = None  # re-embedded at another dimension: infer the new embedding feature
+        return self._new_table(table, features)
 
     def appended(self, columns: dict, embeddings: np.ndarray) -> datasets.Dataset:
         """This table with new blocks (`columns` with `block_id`, and their embeddings) appended, in its schema."""
         if "doc_id" in columns and "doc_id" in self.dataset.column_names:
             if self.dataset.features["doc_id"].dtype == "string":
                 columns["doc_id"] = [None if d is None else str(d) for d in columns["doc_id"]]
-        new = _make_corpus(columns, embeddings, features=self.dataset.features)
+        new = _make_corpus(columns, embeddings, features=self.dataset.features, in_memory=self.in_memory)
         return datasets.concatenate_datasets([self.dataset, new])
 
     def doc_mask(self, doc_ids) -> np.ndarray:

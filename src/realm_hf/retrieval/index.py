@@ -444,15 +444,20 @@ class BlockIndex:
         index (`faiss.Index`): The index.
         index_type (`str`): The factory string it was built from.
         source (`str`, *optional*): The file a memory-mapped index was read from.
+        source_labels (`np.ndarray`, *optional*): When that file's labels are corpus rows (saves since format 2),
+            the block id of each row, to relabel a copy re-read from it.
     """
 
-    def __init__(self, index: faiss.Index, index_type: str, source: str | None = None):
+    def __init__(
+        self, index: faiss.Index, index_type: str, source: str | None = None, source_labels: np.ndarray | None = None
+    ):
         self.index = index
         self.index_type = index_type
         self._gpu_resources = None
         self.source: tuple[str, int, float] | None = None  # (path, inode, mtime) of a memory-mapped index
+        self._source_labels = None
         if source is not None:
-            self.track_file(source)
+            self.track_file(source, source_labels)
 
     @classmethod
     def from_matrix(cls, factory: str, embeddings: np.ndarray, ids: np.ndarray, train_size: int | None = None):
@@ -464,10 +469,14 @@ class BlockIndex:
     def on_gpu(self) -> bool:
         return self._gpu_resources is not None
 
-    def track_file(self, path: str) -> None:
-        """Record that the index maps `path`, so a private copy can be re-read from it while it is unchanged."""
+    def track_file(self, path: str, labels: np.ndarray | None = None) -> None:
+        """
+        Record that the index maps `path`, so a private copy can be re-read from it while it is unchanged; `labels`
+        gives the block id of each row when the file's labels are corpus rows.
+        """
         stat = os.stat(path)
         self.source = (path, stat.st_ino, stat.st_mtime)
+        self._source_labels = labels
 
     def search(self, queries: np.ndarray, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
         """`(scores, ids)` of the top `k`, with search-time `params` set for this call only."""
@@ -503,7 +512,11 @@ class BlockIndex:
             except OSError:
                 same_file = False
             if same_file:
-                return faiss.read_index(path)
+                private = faiss.read_index(path)
+                if self._source_labels is not None:
+                    labels = self._source_labels
+                    relabel_in_place(private, lambda rows: labels[rows])
+                return private
             return faiss.deserialize_index(faiss.serialize_index(index))
         return faiss.clone_index(index) if copy else index
 
@@ -513,3 +526,69 @@ class BlockIndex:
         if self.on_gpu:
             new.to_gpu()
         return new
+
+
+# -- Labels ------------------------------------------------------------------------------------------------------------
+# In memory the labels are block ids (stable under additions and removals). A saved index labels its vectors with
+# their row in the saved corpus instead, so that datasets' own FAISS API (`load_faiss_index` + `get_nearest_examples`,
+# which reads labels as row positions) returns the right rows; loading maps rows back to block ids. IDMap wrappers keep
+# labels in their `id_map`, IVF indexes in their inverted lists; other index types cannot be relabelled here.
+
+
+def _array_lists(index: faiss.Index):
+    """The `ArrayInvertedLists` of an IVF index (also behind `IndexPreTransform`), else `None`."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return None, None
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    return (ivf, lists) if isinstance(lists, faiss.ArrayInvertedLists) else (ivf, None)
+
+
+def can_relabel(index: faiss.Index) -> bool:
+    """Whether [`relabel_in_place`] / [`relabeled_for_writing`] handle this (CPU) index type."""
+    inner = faiss.downcast_index(index)
+    return isinstance(inner, (faiss.IndexIDMap, faiss.IndexIDMap2)) or _array_lists(inner)[1] is not None
+
+
+def relabel_in_place(index: faiss.Index, new_labels: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Replace every label `l` stored in `index` (a CPU index this process owns) by `new_labels(l)`."""
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        labels = new_labels(faiss.vector_to_array(inner.id_map))
+        faiss.copy_array_to_vector(np.ascontiguousarray(labels, dtype=np.int64), inner.id_map)
+        if isinstance(inner, faiss.IndexIDMap2):
+            inner.construct_rev_map()
+        return
+    ivf, lists = _array_lists(inner)
+    if lists is None:
+        raise ValueError(f"Cannot relabel a {type(unwrap(index)).__name__} index (IDMap or IVF indexes only).")
+    for list_no in range(lists.nlist):
+        size = lists.list_size(list_no)
+        if size:
+            ids = faiss.rev_swig_ptr(lists.get_ids(list_no), size)  # a writable view of the list's ids
+            ids[:] = new_labels(ids.copy())
+    if ivf.direct_map.type != faiss.DirectMap.NoMap:
+        kind = ivf.direct_map.type  # rebuilt from the lists' new ids
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)
+        ivf.set_direct_map_type(kind)
+
+
+def relabeled_for_writing(index: faiss.Index, new_labels: Callable[[np.ndarray], np.ndarray]) -> faiss.Index:
+    """
+    An index to write in place of `index` whose labels are `new_labels(label)`; `index` itself is not changed. An
+    IDMap gets a new wrapper over the same sub-index (its codes are not copied, only the 8-byte labels); an IVF index
+    is cloned (its lists hold the labels next to the codes).
+    """
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        # FAISS's IDMap constructor refuses a non-empty sub-index: wrap an empty one, then point at the real one.
+        wrapper = type(inner)(faiss.IndexFlat(inner.d, inner.metric_type))
+        wrapper.index = inner.index  # not owned: deleting the wrapper leaves it alone
+        wrapper.ntotal, wrapper.is_trained = inner.ntotal, inner.is_trained
+        labels = new_labels(faiss.vector_to_array(inner.id_map))
+        faiss.copy_array_to_vector(np.ascontiguousarray(labels, dtype=np.int64), wrapper.id_map)
+        wrapper.referenced_objects = [inner]  # keep the sub-index's owner alive while the wrapper lives
+        return wrapper
+    copy = faiss.clone_index(index)
+    relabel_in_place(copy, new_labels)
+    return copy

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
 from ..file_utils import swap_into_place
 from .corpus import BlockCorpus, _check_corpus_columns
-from .index import BlockIndex, read_index_checked
+from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +179,60 @@ def _load_tokenizer(path: str, manifest: dict):
     return _try_load_tokenizer(os.path.join(path, tokenizer_dir))
 
 
+def _write_index(retriever, path: str) -> str:
+    """
+    Write the retriever's index to `path` with labels = rows of the saved corpus, so that datasets' own FAISS API
+    (`load_from_disk` + `load_faiss_index` + `get_nearest_examples`) finds the right rows. Returns the manifest's
+    `index_labels`: `"row"`, or `"block_id"` for an index type that cannot be relabelled (written as it is).
+    """
+    index = retriever._index.cpu_index()
+    if not can_relabel(index):
+        logger.warning(
+            "The %s index cannot be relabelled with corpus rows: %s keeps block ids as labels (`index_labels: "
+            "block_id` in the manifest), so datasets' `get_nearest_examples` would not return the right rows from it.",
+            type(index).__name__,
+            os.path.basename(path),
+        )
+        faiss.write_index(index, path)
+        return "block_id"
+    faiss.write_index(relabeled_for_writing(index, retriever._corpus.rows), path)
+    return "row"
+
+
+def _can_map_index(manifest: dict) -> bool:
+    # FAISS maps an IVF index's lists read-only, and row labels are rewritten in those lists: read it into RAM.
+    return manifest.get("index_labels", "block_id") != "row" or "IVF" not in str(manifest.get("index_type", ""))
+
+
+def _restore_block_ids(index, corpus: BlockCorpus, manifest: dict, index_path: str) -> np.ndarray | None:
+    """
+    Map a loaded index's labels back to block ids when the save wrote corpus rows (`index_labels: row`; saves before
+    format 2 wrote block ids). Returns the block id of each row (what a re-read of the file needs), else `None`.
+    """
+    labels = manifest.get("index_labels", "block_id")
+    if labels == "block_id":
+        return None
+    if labels != "row":
+        raise ValueError(f"{index_path}: unknown index_labels {labels!r} in the manifest. {_REBUILD_HINT}")
+    block_ids = corpus.row_ids
+
+    def to_block_ids(rows: np.ndarray) -> np.ndarray:
+        if rows.size and (rows.min() < 0 or rows.max() >= len(block_ids)):
+            raise ValueError(
+                f"{index_path} has labels outside the corpus rows 0..{len(block_ids) - 1}: the index belongs to "
+                f"another corpus. {_REBUILD_HINT}"
+            )
+        return block_ids[rows]
+
+    if not can_relabel(index):
+        raise ValueError(
+            f"{index_path} is a {type(index).__name__} index, but the manifest says its labels are corpus rows, "
+            f"which only IDMap and IVF indexes are saved with. {_REBUILD_HINT}"
+        )
+    relabel_in_place(index, to_block_ids)
+    return block_ids
+
+
 def build_manifest(retriever) -> dict:
     """The manifest of `retriever` as `save_pretrained` writes it (without the file entries and sizes)."""
     return {
@@ -214,7 +268,7 @@ def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard
         else:
             _save_parquet_shards(retriever.corpus, corpus_dir, max_shard_size)
         index_path = os.path.join(staging, INDEX_NAME)
-        faiss.write_index(retriever._index.cpu_index(), index_path)
+        index_labels = _write_index(retriever, index_path)
         if retriever.tokenizer is not None:
             retriever.tokenizer.save_pretrained(os.path.join(staging, TOKENIZER_DIR))
         manifest = build_manifest(retriever)
@@ -223,6 +277,7 @@ def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard
             corpus_dir=CORPUS_DIR,
             index_file=INDEX_NAME,
             index_file_size=os.path.getsize(index_path),
+            index_labels=index_labels,
             tokenizer_dir=TOKENIZER_DIR if retriever.tokenizer is not None else None,
         )
         with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
@@ -231,7 +286,8 @@ def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard
         swap_into_place(staging, save_directory, [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME])
         if retriever._index.source is not None:
             # The mmapped index's file may just have been replaced by an identical copy: track the new one.
-            retriever._index.track_file(os.path.join(save_directory, INDEX_NAME))
+            labels = retriever._corpus.row_ids if index_labels == "row" else None
+            retriever._index.track_file(os.path.join(save_directory, INDEX_NAME), labels)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -265,7 +321,7 @@ def load_retriever_parts(
             f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
             f"file is truncated or from another corpus. {_REBUILD_HINT}"
         )
-    index, mmapped = read_index_checked(index_path, mmap=mmap, how_to_fix=_REBUILD_HINT)
+    index, mmapped = read_index_checked(index_path, mmap=mmap and _can_map_index(manifest), how_to_fix=_REBUILD_HINT)
     if index.d != dim:
         raise ValueError(
             f"{index_path} is a {index.d}-d index but the manifest says {dim}: the index belongs to another corpus "
@@ -284,9 +340,12 @@ def load_retriever_parts(
             f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
         )
     corpus = BlockCorpus(dataset)
+    file_labels = _restore_block_ids(index, corpus, manifest, index_path)
     if hasattr(index, "id_map"):
         index_ids = faiss.vector_to_array(index.id_map)
         if not np.array_equal(np.sort(index_ids), corpus.sorted_ids):
             raise ValueError(f"The ids in {index_path} do not match the corpus's block ids. {_REBUILD_HINT}")
-    block_index = BlockIndex(index, manifest.get("index_type", "Flat"), source=index_path if mmapped else None)
+    block_index = BlockIndex(
+        index, manifest.get("index_type", "Flat"), source=index_path if mmapped else None, source_labels=file_labels
+    )
     return manifest, corpus, block_index, _load_tokenizer(path, manifest)
