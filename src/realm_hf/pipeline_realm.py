@@ -40,6 +40,7 @@ import torch
 from transformers import Pipeline
 
 from .modeling_realm import RealmForOpenQA, check_questions
+from .precision import autocast, parse_dtype
 from .provenance import answer_record, block_provenance, span_log_probs
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,10 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         doc_stride (`int`, *optional*, defaults to 128): Overlap, in wordpieces, of the windows a long context is
             split into.
         batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
+        dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of each call (`qa(q, dtype="bf16")`,
+            or `realm_hf.pipeline(..., dtype="bf16")` for every call): bf16 autocast where the device has native bf16,
+            `"auto"` for bf16 only there; see `RealmForOpenQA.answer`. (`dtype=` of this class's constructor keeps
+            transformers' meaning, the dtype the weights are loaded in.)
     """
 
     _load_tokenizer = None  # optional: the retriever carries one
@@ -142,6 +147,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         num_blocks=None,
         max_question_length=None,
         doc_stride=None,
+        dtype=None,
         **kwargs,
     ):
         if kwargs:
@@ -167,6 +173,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             if not isinstance(doc_stride, int) or doc_stride < 0:
                 raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
             forward_params["doc_stride"] = doc_stride
+        if dtype is not None:
+            forward_params["dtype"] = parse_dtype(dtype)  # an unknown dtype fails at the call, before any model work
         if max_question_length is not None:
             preprocess_params["max_question_length"] = max_question_length
         return preprocess_params, forward_params, postprocess_params
@@ -180,7 +188,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             question (`str` or `list[str]`, *optional*): Alternative to `inputs`.
             context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
                 questions or one per question.
-            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `batch_size`.
+            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `batch_size`,
+                `dtype`.
 
         Returns:
             One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions.
@@ -241,7 +250,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     # Model
     # ----------------------------------------------------------------------------------------------------------------
 
-    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE):
+    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE, dtype=None):
         questions, contexts = model_inputs["question"], model_inputs["context"]
         if isinstance(questions, str):  # batch_size=1: items are not collated
             questions, contexts = [questions], [contexts]
@@ -252,16 +261,17 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on.
         self.model.eval()
         try:
-            if open_rows:
-                read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
-                for row, result in zip(open_rows, read):
-                    results[row] = result
-            if context_rows:
-                read = self._read_contexts(
-                    [questions[i] for i in context_rows], [contexts[i] for i in context_rows], doc_stride
-                )
-                for row, result in zip(context_rows, read):
-                    results[row] = result
+            with autocast(self.model.device, dtype, "answering"):
+                if open_rows:
+                    read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
+                    for row, result in zip(open_rows, read):
+                        results[row] = result
+                if context_rows:
+                    read = self._read_contexts(
+                        [questions[i] for i in context_rows], [contexts[i] for i in context_rows], doc_stride
+                    )
+                    for row, result in zip(context_rows, read):
+                        results[row] = result
         finally:
             self.model.train(was_training)
         # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
@@ -583,6 +593,8 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         model (`str`, `os.PathLike` or [`RealmForOpenQA`]): A REALM directory, Hub repo id or model.
         kwargs: Everything else `transformers.pipeline` takes (`tokenizer`, `revision`, `token`, `device`,
             `model_kwargs`, ...) and the pipeline parameters (`top_k`, `num_blocks`, `max_answer_len`, `batch_size`).
+            For a REALM model `dtype` is the compute dtype of every call (bf16 autocast, see
+            [`RealmQuestionAnsweringPipeline`]), not the dtype the weights are loaded in.
 
     Example:
 
@@ -605,7 +617,11 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         if task == REALM_QA_TASK or is_realm_model(model, kwargs.get("config"), **hub_kwargs):
             register_pipeline()  # normally done by `import realm_hf`; cheap and idempotent
             kwargs.setdefault("pipeline_class", RealmQuestionAnsweringPipeline)
-            return transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
+            dtype = parse_dtype(kwargs.pop("dtype", None))  # REALM's compute dtype: weights load as saved
+            qa = transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
+            if dtype is not None:
+                qa._forward_params["dtype"] = dtype
+            return qa
     return transformers.pipeline(task, model=model, **kwargs)
 
 

@@ -18,7 +18,7 @@ def _answer_questions(model, questions: list[str], args) -> list[list[dict]]:
     qa = RealmQuestionAnsweringPipeline(
         model=model, tokenizer=tokenizer, device=model.device, batch_size=args.batch_size
     )
-    call_kwargs = {"top_k": args.top_k}
+    call_kwargs = {"top_k": args.top_k, "dtype": args.dtype}
     if args.num_blocks is not None:
         call_kwargs["num_blocks"] = args.num_blocks
     if args.max_answer_len is not None:
@@ -44,6 +44,12 @@ def run(args) -> int:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    from ...precision import parse_dtype  # deferred: it imports torch
+
+    try:
+        parse_dtype(args.dtype)  # a bad --dtype fails before the model loads
+    except ValueError:
+        raise CLIError(f"--dtype must be fp32, bf16, auto or fp16 (GPUs only), got {args.dtype!r}.") from None
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
     results = _answer_questions(model, questions, args)
     out = sys.stdout
