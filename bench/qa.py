@@ -34,8 +34,9 @@ The reader's random weights are drawn with BERT's std 0.02 (`--reader-init-range
 moved its span logits by ~1.5 where the best two of its ~16,000 spans differed by ~0.1, and only about a quarter of
 the bf16 answers matched fp32; at 0.02 (and with MiniLM's trained encoder weights) they almost all do.
 
-    python bench/qa.py                 # 20,000 and 1,000,000 blocks: ~12 minutes on 2 idle CPU cores
-    python bench/qa.py --quick         # 1,000 and 50,000 blocks, a small model: ~1-2 minutes
+    python bench/qa.py                 # 20,000 and 1,000,000 blocks: ~6 minutes on 2 idle CPU cores (~8 GB RAM)
+    python bench/qa.py --repeats 3     # the same, best of 3 timed passes: ~12 minutes
+    python bench/qa.py --quick         # 1,000 and 50,000 blocks, a small model: ~1 minute (2 on a busy machine)
     REALM_LEGACY_PYTHON=/path/to/legacy-venv/bin/python python bench/qa.py --blocks 100000 --questions 500
 """
 
