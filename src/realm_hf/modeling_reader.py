@@ -59,12 +59,17 @@ class RealmReaderProjection(nn.Module):
         starts, ends = _span_candidates(max_sequence_len, self.config.max_span_width, block_mask.device)
         span_mask = torch.index_select(block_mask, -1, starts) * torch.index_select(block_mask, -1, ends)
 
-        start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)
-        candidate_hidden = torch.index_select(start_projection, 1, starts) + torch.index_select(
-            end_projection, 1, ends
-        )
-        candidate_hidden = self.layer_normalization(self.relu(candidate_hidden))
-        reader_logits = self.dense_output(candidate_hidden).squeeze(-1)
+        # Span scores in the weights' dtype (fp32), also under bf16/fp16 autocast: rounding the logits to bf16 (a
+        # resolution of 1/16 at 10) decides between spans whose fp32 logits differ by less. The head is a few % of
+        # the reader's work.
+        with torch.autocast(hidden_states.device.type, enabled=False):
+            hidden_states = hidden_states.to(self.layer_normalization.weight.dtype)
+            start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)
+            candidate_hidden = torch.index_select(start_projection, 1, starts) + torch.index_select(
+                end_projection, 1, ends
+            )
+            candidate_hidden = self.layer_normalization(self.relu(candidate_hidden))
+            reader_logits = self.dense_output(candidate_hidden).squeeze(-1)
         reader_logits = reader_logits + _mask_to_score(span_mask, reader_logits.dtype)
         return reader_logits, starts, ends
 

@@ -13,6 +13,7 @@ import torch
 from transformers import Pipeline
 
 from ..modeling_realm import RealmForOpenQA
+from ..precision import autocast, parse_dtype
 from ..provenance import answer_record, block_provenance
 from ..text_inputs import check_questions
 from ..tokenization_realm import tokenizer_call
@@ -84,6 +85,10 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             may start or end inside a word). Off by default, unlike the classic pipeline, so that the best answer is
             the span `RealmForOpenQA.answer()` gives. Needs a fast tokenizer.
         batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
+        dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of each call (`qa(q, dtype="bf16")`,
+            or `realm_hf.pipeline(..., dtype="bf16")` for every call): bf16 autocast where the device has native bf16,
+            `"auto"` for bf16 only there; see `RealmForOpenQA.answer`. (`dtype=` of this class's constructor keeps
+            transformers' meaning, the dtype the weights are loaded in.)
     """
 
     _load_tokenizer = None  # optional: the retriever carries one
@@ -122,6 +127,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         max_question_length=None,
         doc_stride=None,
         align_to_words=None,
+        dtype=None,
         **kwargs,
     ):
         # The classic question-answering options: mapped to REALM's own, or refused with the reason (options.py).
@@ -133,7 +139,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             raise TypeError(
                 f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}. It takes `top_k`, "
                 "`num_blocks`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
-                "`align_to_words` and `batch_size`."
+                "`align_to_words`, `dtype` and `batch_size`."
             )
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         if top_k is not None:
@@ -156,6 +162,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             if not isinstance(doc_stride, int) or doc_stride < 0:
                 raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
             forward_params["doc_stride"] = doc_stride
+        if dtype is not None:
+            forward_params["dtype"] = parse_dtype(dtype)  # an unknown dtype fails at the call, before any model work
         if max_question_length is not None:
             preprocess_params["max_question_length"] = max_question_length
         if align_to_words is not None:
@@ -179,7 +187,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
                 questions or one per question.
             kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `align_to_words`,
-                `batch_size`, and the classic question-answering options that mean something for REALM (see
+                `batch_size`, `dtype`, and the classic question-answering options that mean something for REALM (see
                 [`~realm_hf.pipelines.options.map_classic_options`]).
 
         Returns:
@@ -247,7 +255,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     # Model
     # ----------------------------------------------------------------------------------------------------------------
 
-    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE):
+    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE, dtype=None):
         questions, contexts = model_inputs["question"], model_inputs["context"]
         if isinstance(questions, str):  # batch_size=1: items are not collated
             questions, contexts = [questions], [contexts]
@@ -256,7 +264,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         context_rows = [i for i, c in enumerate(contexts) if c is not None]
         # A model fresh from training would retrieve `searcher_beam_size` blocks and keep dropout on; `evaluating`
         # switches to eval mode in a way that concurrent calls cannot undo for each other.
-        with self.model.evaluating():
+        with self.model.evaluating(), autocast(self.model.device, dtype, "answering"):
             if open_rows:
                 read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
                 for row, result in zip(open_rows, read):

@@ -34,6 +34,7 @@ from typing import Any
 from transformers import Pipeline
 
 from ..modeling_realm import RealmForOpenQA
+from ..precision import parse_dtype
 from .question_answering import RealmQuestionAnsweringPipeline
 
 #: Task name under which the pipeline is registered in transformers' `PIPELINE_REGISTRY`.
@@ -151,6 +152,8 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         model (`str`, `os.PathLike` or [`RealmForOpenQA`]): A REALM directory, Hub repo id or model.
         kwargs: Everything else `transformers.pipeline` takes (`tokenizer`, `revision`, `token`, `device`,
             `model_kwargs`, ...) and the pipeline parameters (`top_k`, `num_blocks`, `max_answer_len`, `batch_size`).
+            For a REALM model `dtype` is the compute dtype of every call (bf16 autocast, see
+            [`RealmQuestionAnsweringPipeline`]), not the dtype the weights are loaded in.
 
     Example:
 
@@ -173,7 +176,11 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         if task == REALM_QA_TASK or is_realm_model(model, kwargs.get("config"), **hub_kwargs):
             register_pipeline()  # normally done by `import realm_hf`; cheap and idempotent
             kwargs.setdefault("pipeline_class", RealmQuestionAnsweringPipeline)
-            return transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
+            dtype = parse_dtype(kwargs.pop("dtype", None))  # REALM's compute dtype: weights load as saved
+            qa = transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
+            if dtype is not None:
+                qa._forward_params["dtype"] = dtype
+            return qa
     return transformers.pipeline(task, model=model, **kwargs)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -10,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..precision import autocast
 from ..progress import progress_bar
 from ..tokenization_realm import tokenizer_call
 
@@ -34,44 +34,6 @@ def fingerprint_module(module: torch.nn.Module, length: int = 16) -> str:
         digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:length]
-
-
-def _parse_dtype(dtype) -> torch.dtype | None:
-    if dtype is None:
-        return None
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {
-        "fp32": torch.float32,
-        "float32": torch.float32,
-        "fp16": torch.float16,
-        "float16": torch.float16,
-        "half": torch.float16,
-        "bf16": torch.bfloat16,
-        "bfloat16": torch.bfloat16,
-    }
-    if str(dtype).lower() not in names:
-        raise ValueError(f"Unknown dtype {dtype!r}: use None/'fp32', 'fp16' or 'bf16'.")
-    return names[str(dtype).lower()]
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None):
-    """Autocast to fp16/bf16 only where the device supports it; fp32 (no autocast) otherwise, with a warning."""
-    if dtype is None or dtype == torch.float32:
-        return contextlib.nullcontext()
-    if device.type == "cpu":
-        if dtype == torch.float16:
-            logger.warning("fp16 autocast is not supported on CPU: embedding in fp32 (use dtype='bf16' on CPU).")
-            return contextlib.nullcontext()
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        logger.warning("This GPU does not support bf16: embedding with fp16 autocast instead.")
-        dtype = torch.float16
-    try:
-        return torch.autocast(device.type, dtype=dtype)
-    except RuntimeError as err:
-        logger.warning("%s autocast is not available on %s (%s): embedding in fp32.", dtype, device, err)
-        return contextlib.nullcontext()
 
 
 def default_block_length(tokenizer, max_length: int | None = None) -> int:
@@ -150,8 +112,10 @@ def embed_blocks(
         batch_size (`int`, defaults to 64): Blocks per forward pass.
         device (`str` or `torch.device`, *optional*): Where to run; defaults to the embedder's device. The embedder
             is moved there for the call and moved back afterwards.
-        dtype (`str` or `torch.dtype`, *optional*): `"fp16"`/`"bf16"` run under autocast where the device supports
-            it (fp16 on CPU falls back to fp32 with a warning); `None` is fp32. Embeddings are returned in fp32.
+        dtype (`str` or `torch.dtype`, *optional*): `"bf16"` (or `"fp16"` on a GPU) runs under autocast where the
+            device supports it natively, `"auto"` picks bf16 there; elsewhere fp32, with a warning when bf16 or fp16
+            was asked for (see [`~realm_hf.precision.resolve_autocast_dtype`]). `None` is fp32. Embeddings are
+            returned in fp32.
         show_progress (`bool`, defaults to `True`): Show a progress bar (unless the Hugging Face libraries' progress
             bars are switched off, see [`~realm_hf.progress.progress_bars_enabled`]).
         max_length (`int`, *optional*): Truncation length; defaults to the tokenizer's `model_max_length` (max 512).
@@ -172,7 +136,8 @@ def embed_blocks(
     first_param = next(embedder.parameters(), None)
     model_device = first_param.device if first_param is not None else torch.device("cpu")
     device = torch.device(device) if device is not None else model_device
-    dtype = _parse_dtype(dtype)
+    # Checked (and a warning given where bf16 is not native) before the embedder moves.
+    precision = autocast(device, dtype, "embedding")
     was_training = embedder.training
     moved = device != model_device
     if moved:
@@ -180,7 +145,7 @@ def embed_blocks(
     embedder.eval()
     outputs: list[torch.Tensor] = []
     try:
-        with torch.inference_mode(), _autocast(device, dtype):
+        with torch.inference_mode(), precision:
             for start in progress_bar(
                 range(0, len(texts), batch_size),
                 desc="Embedding blocks",

@@ -25,7 +25,7 @@ def _pipeline(model, args):
 
 def _answer_batches(qa, questions: list[str], args):
     """Yield the answers of each batch of `questions` (a list per question) as soon as the batch is read."""
-    call_kwargs = {"top_k": args.top_k, "max_question_length": MAX_QUESTION_LENGTH}
+    call_kwargs = {"top_k": args.top_k, "max_question_length": MAX_QUESTION_LENGTH, "dtype": args.dtype}
     if args.num_blocks is not None:
         call_kwargs["num_blocks"] = args.num_blocks
     if args.max_answer_len is not None:
@@ -73,6 +73,12 @@ def run(args) -> int:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    from ...precision import parse_dtype  # deferred: it imports torch
+
+    try:
+        parse_dtype(args.dtype)  # a bad --dtype fails before the model loads
+    except ValueError:
+        raise CLIError(f"--dtype must be fp32, bf16, auto or fp16 (GPUs only), got {args.dtype!r}.") from None
     if args.context is not None:
         try:
             check_context(args.context)
