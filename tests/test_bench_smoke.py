@@ -183,3 +183,52 @@ def test_cli_startup_bench_quick_runs(capsys):
     # Every --help answers with status 0; the usage row (no command) with 2. No timing is asserted.
     assert all(row["exit"] == 0 for row in results if row["command"].endswith("--help"))
     assert "| realm-hf --help" in capsys.readouterr().out
+
+
+def tiny_bert(tmp_path):
+    """A tiny random BERT checkpoint with the test vocabulary (the benches' --bert)."""
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 160
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    return bert
+
+
+def train_step_args(tmp_path):
+    args = ["--quick", "--bert", str(tiny_bert(tmp_path)), "--foldoc", "extract", "--blocks", "150"]
+    args += ["--beams", "10,100", "--batch-size", "2", "--max-block-length", "32", "--reader-seq-len", "64"]
+    return args + ["--embed-dtype", "fp32", "--threads", "1", "--json", str(tmp_path / "train_step.json")]
+
+
+def test_train_step_bench_quick_runs(tmp_path, capsys):
+    train_step = load_script("train_step")
+    assert train_step.main(train_step_args(tmp_path) + ["--skip-legacy"]) == 0
+    printed = capsys.readouterr().out
+    assert "| training step" in printed and "vs realm-hf beam 10" in printed
+    results = json.loads((tmp_path / "train_step.json").read_text())["results"]
+    assert [(r["implementation"], r["beam"]) for r in results] == [
+        ("realm-hf", 10),
+        ("realm-hf", 100),
+        ("realm-hf (old corpus)", 100),
+    ]
+    assert all(r["step_s"] > 0 for r in results)
+
+
+@pytest.mark.slow
+def test_train_step_bench_against_legacy(tmp_path, capsys):
+    train_step = load_script("train_step")
+    legacy_python = train_step.find_legacy_python(None)
+    if legacy_python is None:
+        pytest.skip("no legacy transformers 4.57.6 venv (see bench/README.md)")
+    assert train_step.main(train_step_args(tmp_path) + ["--legacy-python", legacy_python]) == 0
+    assert "| legacy transformers 4.57.6, beam 100" in capsys.readouterr().out
+    results = json.loads((tmp_path / "train_step.json").read_text())["results"]
+    # Same model, corpus and kind of questions: both sides find answers in the beam at a similar rate.
+    assert results[-1]["implementation"] == "legacy" and results[-1]["blocks_with_answer"] >= 0

@@ -18,7 +18,7 @@ from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
 from .modeling_reader import RealmReader
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
-from .reader_inputs import RealmReaderInputs, build_reader_inputs, normalize_answer_ids, tokenize_answers
+from .reader_inputs import RealmReaderInputs, build_beam_reader_inputs, normalize_answer_ids, tokenize_answers
 from .retrieval.encoding import tokenize_blocks
 from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
@@ -381,16 +381,21 @@ class RealmForOpenQA(RealmPreTrainedModel):
                 "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
             )
 
-        reader_inputs = build_reader_inputs(
+        reader_beam_size = min(reader_beam_size, k)
+        # Pairs for the blocks read; whether each block of the searcher beam holds an answer, from the corpus's
+        # stored token ids (tokenizing thousands of pairs per question dominated a training step).
+        reader_inputs = build_beam_reader_inputs(
             tokenizer,
             questions,
-            # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
-            [[block["text"] for block in row] for row in search.blocks],
-            answer_ids=answer_ids,
+            retriever,
+            block_ids,
+            answer_ids,
             max_length=self.config.reader_seq_len,
+            reader_beam_size=reader_beam_size,
             return_offsets_mapping=getattr(tokenizer, "is_fast", False),
+            # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
+            block_texts=[[block["text"] for block in row] for row in search.blocks],
         ).to(self.reader.device)
-        reader_beam_size = min(reader_beam_size, k)
         reader_output = self.reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],

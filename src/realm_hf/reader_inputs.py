@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -103,6 +104,67 @@ def find_answer_spans(input_ids: list[int], answers: list[list[int]], sep_token_
     return starts, ends
 
 
+def truncated_pair_lengths(
+    question_lengths: torch.Tensor, block_lengths: torch.Tensor, max_length: int, num_special_tokens: int = 3
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    The wordpieces of question and block that a `(question, block)` pair keeps under `truncation=True` (longest
+    first) at `max_length`, as 🤗 Tokenizers truncates a pair (right side): when both are too long they share the
+    budget (the second gets the odd one), else the longer is cut to what the shorter leaves. Broadcasts.
+
+    Args:
+        question_lengths, block_lengths (`torch.LongTensor`): Wordpieces of each segment, special tokens excluded.
+        max_length (`int`): The pair's length limit (`config.reader_seq_len`).
+        num_special_tokens (`int`, defaults to 3): `[CLS]`, `[SEP]`, `[SEP]`.
+
+    Returns:
+        `(question_kept, block_kept)`, broadcast to a common shape.
+    """
+    q, b = torch.broadcast_tensors(question_lengths.long(), block_lengths.long())
+    budget = max_length - num_special_tokens
+    shorter = torch.minimum(q, b)
+    # Only the longer one is cut, to what the shorter one leaves; if that is not enough, both get half.
+    longer_kept = torch.where(shorter > budget, shorter, torch.clamp(budget - shorter, min=0).maximum(shorter))
+    both = shorter + longer_kept > budget
+    shorter_kept = torch.where(both, torch.full_like(q, budget // 2), shorter)
+    longer_kept = torch.where(both, torch.full_like(q, budget // 2 + budget % 2), longer_kept)
+    swap = q > b  # 🤗 Tokenizers orders by length; on a tie the question is the "shorter" (first) one
+    q_kept = torch.where(swap, longer_kept, shorter_kept)
+    b_kept = torch.where(swap, shorter_kept, longer_kept)
+    fits = q + b <= budget
+    return torch.where(fits, q, q_kept), torch.where(fits, b, b_kept)
+
+
+def find_answers_in_token_ids(
+    block_ids: torch.Tensor, lengths: torch.Tensor, answers: list[list[int]]
+) -> torch.Tensor:
+    """
+    Whether any answer (wordpiece ids) occurs as a contiguous run inside the first `lengths` ids of each block:
+    `find_answer_spans`' test without the pairs, vectorised over the blocks.
+
+    Args:
+        block_ids (`torch.Tensor` of shape `(n, width)`): Block ids, padded with -1 (which no answer id equals).
+        lengths (`torch.LongTensor` of shape `(n,)`): Ids of each row an answer may cover.
+        answers (`list[list[int]]`): The question's gold answers (non-empty, non-negative ids).
+
+    Returns:
+        `torch.BoolTensor` of shape `(n,)`.
+    """
+    n, width = block_ids.shape
+    ids = block_ids.masked_fill(torch.arange(width, device=block_ids.device) >= lengths.unsqueeze(-1), -1)
+    found = torch.zeros(n, dtype=torch.bool, device=block_ids.device)
+    for answer in answers:
+        size = len(answer)
+        if size == 0 or size > width:
+            continue
+        # Starts where every answer token matches at its offset: one comparison of shifted columns per token.
+        hits = ids[:, : width - size + 1] == answer[0]
+        for offset in range(1, size):
+            hits &= ids[:, offset : width - size + 1 + offset] == answer[offset]
+        found |= hits.any(-1)
+    return found
+
+
 def build_reader_inputs(
     tokenizer,
     questions: Sequence[str],
@@ -110,6 +172,7 @@ def build_reader_inputs(
     answer_ids: list[list[list[int]]] | None = None,
     max_length: int | None = None,
     return_offsets_mapping: bool = False,
+    pad_to_length: int | None = None,
 ) -> RealmReaderInputs:
     """
     Tokenize every (question, block) pair of a batch in one call and, when answers are given, mark where they occur.
@@ -125,6 +188,8 @@ def build_reader_inputs(
         answer_ids (`list[list[list[int]]]`, *optional*): Gold answers of each question as wordpiece ids.
         max_length (`int`, *optional*): Truncation length of a pair (`config.reader_seq_len`).
         return_offsets_mapping (`bool`): Also return character offsets (fast tokenizers only).
+        pad_to_length (`int`, *optional*): Pad to this length instead of the longest pair (at least that long), with
+            the tokenizer's padding values: the length the pairs of a larger beam would have been padded to.
 
     Returns:
         [`RealmReaderInputs`]
@@ -148,6 +213,8 @@ def build_reader_inputs(
         return_token_type_ids=True,
         return_offsets_mapping=return_offsets_mapping,
     )
+    if pad_to_length is not None:
+        encoded = _pad_encoding(tokenizer, encoded, pad_to_length)
     input_ids = torch.tensor(encoded["input_ids"], dtype=torch.long)
     token_type_ids = torch.tensor(encoded["token_type_ids"], dtype=torch.long)
     special = torch.tensor(encoded["special_tokens_mask"], dtype=torch.bool)
@@ -183,3 +250,151 @@ def build_reader_inputs(
     )
     outputs.end_positions = torch.tensor([(e + pad)[:max_answers] for e in all_ends]).view(batch_size, k, max_answers)
     return outputs
+
+
+def build_beam_reader_inputs(
+    tokenizer,
+    questions: Sequence[str],
+    retriever,
+    block_ids: torch.LongTensor,
+    answer_ids: list[list[list[int]]] | None,
+    max_length: int | None,
+    reader_beam_size: int,
+    return_offsets_mapping: bool = False,
+    block_texts: list[list[str]] | None = None,
+) -> RealmReaderInputs:
+    """
+    Reader inputs for the first `reader_beam_size` of the `k` blocks retrieved per question, and whether each of the
+    `k` blocks holds an answer: what [`build_reader_inputs`] gives for all `k` pairs (its `[:, :reader_beam_size]`
+    rows, padded to the same length; `has_answers` for all `k`), without tokenizing the `k - reader_beam_size` pairs
+    that are never read.
+
+    The blocks' wordpiece ids come from the corpus (`retriever.get_block_token_ids`, stored when the corpus was built).
+    An answer counts where [`find_answer_spans`] would find it in the pair: inside the part of the block the pair keeps
+    after truncation ([`truncated_pair_lengths`]), before any `[SEP]`. The pairs that are read are checked against
+    the stored ids (layout, truncation, the ids themselves, the answers found); if they disagree (e.g. the tokenizer
+    changed since the corpus was built) every pair is tokenized, with a warning. So are the inputs this shortcut does
+    not cover: `k <= reader_beam_size`, non-🤗-Tokenizers tokenizers, left truncation or padding, a pair template other
+    than `[CLS] A [SEP] B [SEP]`, `[SEP]` in a question or answer, and retrievers without `get_block_token_ids`.
+
+    Args:
+        tokenizer: The retriever's BERT WordPiece tokenizer.
+        questions (`list[str]`): One question per batch element.
+        retriever: Gives `get_block_texts(block_ids)` and, for the shortcut, `get_block_token_ids(block_ids)`.
+        block_ids (`torch.LongTensor` of shape `(batch_size, k)`): The retrieved blocks, best first.
+        answer_ids (`list[list[list[int]]]`, *optional*): Gold answers of each question as wordpiece ids.
+        max_length (`int`, *optional*): Truncation length of a pair (`config.reader_seq_len`).
+        reader_beam_size (`int`): Blocks read per question.
+        return_offsets_mapping (`bool`): Also return character offsets (fast tokenizers only).
+        block_texts (`list[list[str]]`, *optional*): The texts of `block_ids`, as the search that found them returned
+            them (one state of the corpus, also while another thread adds or removes documents); looked up in
+            `retriever` if not given.
+
+    Returns:
+        [`RealmReaderInputs`] with `reader_beam_size` rows per question, and `has_answers` of shape `(batch_size, k)`.
+    """
+    batch_size, k = block_ids.shape
+    read = min(reader_beam_size, k)
+
+    if block_texts is None:
+        block_texts = retriever.get_block_texts(block_ids)
+
+    def every_pair():
+        return build_reader_inputs(tokenizer, questions, block_texts, answer_ids, max_length, return_offsets_mapping)
+
+    sep = getattr(tokenizer, "sep_token_id", None)
+    if not _token_ids_shortcut_applies(tokenizer, retriever, k, read, max_length, answer_ids):
+        return every_pair()
+    question_ids = tokenizer_call(tokenizer, list(questions), add_special_tokens=False, verbose=False)["input_ids"]
+    if any(sep in ids for ids in question_ids):
+        return every_pair()
+    tokens, lengths = retriever.get_block_token_ids(block_ids)
+    tokens, lengths = tokens.to(torch.long), lengths.to(torch.long)
+    question_lengths = torch.tensor([len(ids) for ids in question_ids], dtype=torch.long).unsqueeze(-1)
+    num_special = tokenizer.num_special_tokens_to_add(pair=True)
+    question_kept, block_kept = truncated_pair_lengths(question_lengths, lengths, max_length, num_special)
+    # The length all k pairs would have been padded to: the reader's span candidates depend on it.
+    seq_len = int((question_kept + block_kept).max()) + num_special
+    inputs = build_reader_inputs(
+        tokenizer,
+        questions,
+        [row[:read] for row in block_texts],
+        answer_ids,
+        max_length,
+        return_offsets_mapping,
+        pad_to_length=seq_len,
+    )
+    consistent = _pairs_match_token_ids(
+        tokenizer, inputs, question_ids, tokens[:, :read], question_kept[:, :read], block_kept[:, :read]
+    )
+    has_answers = None
+    if consistent and answer_ids is not None:
+        # find_answer_spans searches the block's kept ids up to the next [SEP] (one written in the text included).
+        width = tokens.shape[-1]
+        positions = torch.arange(width).expand_as(tokens)
+        first_sep = torch.where(tokens == sep, positions, width).amin(-1) if width else torch.zeros_like(lengths)
+        searchable = torch.minimum(block_kept, first_sep)
+        has_answers = torch.stack(
+            [find_answers_in_token_ids(tokens[b], searchable[b], answer_ids[b]) for b in range(batch_size)]
+        )
+        consistent = torch.equal(has_answers[:, :read], inputs.has_answers)
+    if not consistent:
+        warnings.warn(
+            "The token ids stored with the corpus do not match what the tokenizer makes of the retrieved blocks "
+            "(was the tokenizer changed after the corpus was built?): tokenizing every question/block pair of the "
+            "searcher beam instead, which is slow. Rebuild the corpus with this tokenizer.",
+            stacklevel=3,
+        )
+        return every_pair()
+    if has_answers is not None:
+        inputs.has_answers = has_answers
+    return inputs
+
+
+def _token_ids_shortcut_applies(tokenizer, retriever, k, read, max_length, answer_ids) -> bool:
+    if read >= k or max_length is None or not hasattr(retriever, "get_block_token_ids"):
+        return False
+    if not getattr(tokenizer, "is_fast", False) or tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        return False
+    if (
+        getattr(tokenizer, "truncation_side", "right") != "right"
+        or getattr(tokenizer, "padding_side", "right") != "right"
+    ):
+        return False
+    if tokenizer.num_special_tokens_to_add(pair=True) != 3:
+        return False
+    sep = tokenizer.sep_token_id
+    # An answer holding [SEP] could match across the block's end in the pair: only the pairs tell.
+    return not any(sep in answer for answers in answer_ids or [] for answer in answers)
+
+
+def _pairs_match_token_ids(tokenizer, inputs, question_ids, tokens, question_kept, block_kept) -> bool:
+    """Every read pair is `[CLS] question[:q] [SEP] stored block ids[:n] [SEP]` padding, with `(q, n)` as computed."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    batch_size, read = block_kept.shape
+    for b in range(batch_size):
+        question = list(question_ids[b])
+        for j in range(read):
+            q, n = int(question_kept[b, j]), int(block_kept[b, j])
+            expected = [cls] + question[:q] + [sep] + tokens[b, j, :n].tolist() + [sep]
+            if inputs.input_ids[b, j, : len(expected)].tolist() != expected:
+                return False
+            if int(inputs.attention_mask[b, j].sum()) != len(expected):
+                return False
+    return True
+
+
+def _pad_encoding(tokenizer, encoded, length: int) -> dict:
+    """Right-pad every row of a batch encoding to `length` with the values the tokenizer's own padding writes."""
+    current = len(encoded["input_ids"][0]) if encoded["input_ids"] else 0
+    if length < current:
+        raise ValueError(f"Cannot pad pairs of {current} wordpieces to {length}.")
+    fill = {
+        "input_ids": tokenizer.pad_token_id,
+        "token_type_ids": tokenizer.pad_token_type_id,
+        "attention_mask": 0,
+        "special_tokens_mask": 1,
+        "offset_mapping": (0, 0),
+    }
+    extra = length - current
+    return {key: [list(row) + [fill[key]] * extra for row in rows] for key, rows in encoded.items() if key in fill}

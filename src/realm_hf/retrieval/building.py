@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from .chunking import split_documents
-from .corpus import BlockCorpus, _make_corpus, as_id_array
-from .encoding import _embedder_dim, embed_blocks, fingerprint_module
+from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
+from .encoding import _embedder_dim, embed_blocks, fingerprint_module, tokenize_block_texts
 from .index import BlockIndex
 from .serialization import _resolve_pretrained_path, _try_load_tokenizer, load_retriever_parts
 
@@ -58,6 +58,12 @@ def split_and_embed(
     return columns, embeddings.numpy()
 
 
+def with_token_ids(columns: dict, tokenizer) -> dict:
+    """`columns` plus the reader's wordpiece ids of each block's text (`text_token_ids`), tokenized once here."""
+    ids = tokenize_block_texts(tokenizer, columns["text"])
+    return {**columns, TOKEN_IDS_COLUMN: token_ids_array(ids, len(tokenizer))}
+
+
 def build(
     cls: type[RealmRetriever],
     columns,
@@ -68,8 +74,14 @@ def build(
     embedder_fingerprint: str | None = None,
     train_size: int | None = None,
     use_gpu: bool = False,
+    store_token_ids: bool = True,
 ) -> RealmRetriever:
-    """A `cls` retriever over block `columns` (with `block_id`) and their embeddings, indexed with `index`."""
+    """
+    A `cls` retriever over block `columns` (with `block_id`) and their embeddings, indexed with `index`; with a
+    tokenizer, the blocks' token ids are stored too (`store_token_ids`).
+    """
+    if store_token_ids and tokenizer is not None and TOKEN_IDS_COLUMN not in columns:
+        columns = with_token_ids(columns, tokenizer)
     block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
     retriever = cls(
         _make_corpus(columns, embeddings),
@@ -231,6 +243,9 @@ def from_legacy_blocks(
         embedder_fingerprint=fingerprint_module(embedder) if embedder is not None else None,
         train_size=train_size,
         use_gpu=use_gpu,
+        # Legacy corpora are the paper's 13M blocks: their ids would be ~7.7 GB held in memory while converting.
+        # Training on them tokenizes the searcher beam's texts on demand instead.
+        store_token_ids=False,
     )
 
 

@@ -11,11 +11,12 @@ import numpy as np
 from ..sentences import sentence_spans
 from ..text_inputs import check_text
 from ..tokenization_realm import tokenizer_call
+from .corpus import TOKEN_IDS_COLUMN
 
 logger = logging.getLogger(__name__)
 
 # Columns the retriever manages itself; any other document field is kept as block metadata.
-_RESERVED_COLUMNS = ("block_id", "doc_id", "title", "text", "char_start", "char_end", "embeddings")
+_RESERVED_COLUMNS = ("block_id", "doc_id", "title", "text", "char_start", "char_end", "embeddings", TOKEN_IDS_COLUMN)
 
 
 def _require_offsets(tokenizer) -> None:

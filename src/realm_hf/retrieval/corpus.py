@@ -23,6 +23,38 @@ logger = logging.getLogger(__name__)
 
 # Arrow string arrays have 32-bit offsets (2 GB per array): build big text columns in row chunks.
 _ARROW_CHUNK_ROWS = 1 << 20
+# The wordpiece ids of each block's text as the reader reads it (`encoding.tokenize_block_texts`): training matches
+# answers in the searcher beam against them instead of tokenizing every (question, block) pair. Optional: corpora
+# saved without it tokenize the beam's texts on demand.
+TOKEN_IDS_COLUMN = "text_token_ids"
+
+
+def token_ids_array(ids: list[list[int]], vocab_size: int | None = None) -> pa.ChunkedArray:
+    """
+    The `text_token_ids` column from per-block id lists: `list<uint16>` when the vocabulary fits in 16 bits (BERT's
+    30,522 wordpieces: half the bytes of int32 at 13M x 288 ids), `list<int32>` otherwise.
+    """
+    small = vocab_size is not None and vocab_size <= np.iinfo(np.uint16).max + 1
+    dtype = np.uint16 if small else np.int32
+    chunks = []
+    for start in range(0, len(ids), _ARROW_CHUNK_ROWS):
+        part = ids[start : start + _ARROW_CHUNK_ROWS]
+        offsets = np.zeros(len(part) + 1, dtype=np.int32)
+        np.cumsum([len(row) for row in part], out=offsets[1:])
+        values = np.fromiter((t for row in part for t in row), dtype=np.int64, count=int(offsets[-1]))
+        if len(values) and (values.min() < 0 or values.max() > np.iinfo(dtype).max):
+            raise ValueError(f"Token ids out of range for {np.dtype(dtype).name}: the vocabulary size is wrong.")
+        chunks.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(dtype))))
+    return pa.chunked_array(chunks, type=pa.list_(pa.from_numpy_dtype(dtype)))
+
+
+def pad_token_ids(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists (or arrays) as one `[n, longest]` int32 array padded with -1 (never a token id), and their lengths."""
+    lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+    padded = np.full((len(rows), int(lengths.max()) if len(rows) else 0), -1, dtype=np.int32)
+    if lengths.sum():
+        padded[np.arange(padded.shape[1]) < lengths[:, None]] = np.concatenate([np.asarray(r) for r in rows if len(r)])
+    return padded, lengths
 
 
 def _arrow_column(name: str, values, arrow_type=None) -> pa.ChunkedArray:
@@ -128,6 +160,9 @@ def _make_corpus(
     }
     arrays = {}
     for name, values in columns.items():
+        if isinstance(values, pa.ChunkedArray):  # e.g. `token_ids_array`: already typed
+            arrays[name] = values
+            continue
         arrays[name] = _arrow_column(name, values, types.get(name))
     arrays["embeddings"] = _embedding_column(embeddings)
     table = pa.table(arrays)
@@ -210,9 +245,14 @@ class BlockCorpus:
         else:
             self.sorted_ids, self._sorted_rows = ids, None
         self.row_ids = ids
+        # Table rows behind the dataset's rows (a `select`ed dataset keeps an indices mapping), for `_gather`.
+        indices = getattr(dataset, "_indices", None)
+        self._table_rows = indices.column(0).to_numpy().astype(np.int64) if indices is not None else None
         self._emb_view = dataset.with_format("numpy", columns=["embeddings"])
-        self._meta_columns = [c for c in dataset.column_names if c != "embeddings"]
+        # Block dicts (search results, provenance) carry the metadata, not the vectors or the reader's token ids.
+        self._meta_columns = [c for c in dataset.column_names if c not in ("embeddings", TOKEN_IDS_COLUMN)]
         self._meta_view = dataset.select_columns(self._meta_columns)
+        self.has_token_ids = TOKEN_IDS_COLUMN in dataset.column_names
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -239,6 +279,15 @@ class BlockCorpus:
         rows = self._sorted_rows[pos] if self._sorted_rows is not None else pos
         return np.where(found, rows, -1).reshape(np.shape(block_ids))
 
+    def _gather(self, column: str, rows: np.ndarray) -> pa.Array:
+        """
+        One column at corpus `rows` (in that order) with Arrow's vectorised `take`: the searcher beam looks up
+        thousands of rows per question, and `Dataset.__getitem__` gathers and formats them one row at a time.
+        """
+        if self._table_rows is not None:
+            rows = self._table_rows[rows]
+        return self.dataset.data.column(column).take(pa.array(rows, type=pa.int64())).combine_chunks()
+
     def embeddings(self, block_ids, dim: int) -> np.ndarray:
         """Stored embeddings of `block_ids`, shape `block_ids.shape + (dim,)`; zeros for id -1."""
         ids = as_id_array(block_ids)
@@ -246,7 +295,8 @@ class BlockCorpus:
         out = np.zeros((len(rows), dim), dtype=np.float32)
         valid = rows >= 0
         if valid.any():
-            out[valid] = self._emb_view[rows[valid]]["embeddings"]
+            values = self._gather("embeddings", rows[valid]).flatten().to_numpy(zero_copy_only=False)
+            out[valid] = values.reshape(-1, dim)
         return out.reshape(*ids.shape, dim)
 
     def embedding_rows(self, rows) -> np.ndarray:
@@ -260,7 +310,7 @@ class BlockCorpus:
             raise ValueError(f"block_ids must be 1-D or 2-D, got shape {ids.shape}.")
         rows = self.rows(ids).reshape(-1)
         valid = rows >= 0
-        fetched = self._meta_view[rows[valid].tolist()] if valid.any() else {c: [] for c in self._meta_columns}
+        fetched = {c: self._gather(c, rows[valid]).to_pylist() if valid.any() else [] for c in self._meta_columns}
         empty = {c: None for c in self._meta_columns}
         empty.update(block_id=-1, title="", text="")
         flat, j = [], 0
@@ -277,9 +327,34 @@ class BlockCorpus:
         ids = as_id_array(block_ids)
         rows = self.rows(ids).reshape(-1)
         valid = rows >= 0
-        texts = self._meta_view.select_columns(["text"])[rows[valid].tolist()]["text"] if valid.any() else []
+        texts = self._gather("text", rows[valid]).to_pylist() if valid.any() else []
         it = iter(texts)
         return _unflatten([next(it) if v else "" for v in valid], ids)
+
+    def token_ids(self, block_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """
+        The stored `text_token_ids` of `block_ids` (flattened), for the corpora that have the column: `(ids, lengths,
+        missing)` with `ids` an `[n, longest]` int32 array padded with -1, and `missing` marking the rows stored
+        without ids (null), which the caller tokenizes. Id -1 gives an empty row.
+        """
+        if not self.has_token_ids:
+            raise ValueError(f"This corpus has no `{TOKEN_IDS_COLUMN}` column.")
+        rows = self.rows(as_id_array(block_ids)).reshape(-1)
+        valid = rows >= 0
+        lengths = np.zeros(len(rows), dtype=np.int64)
+        missing = np.zeros(len(rows), dtype=bool)
+        if not valid.any():
+            return np.full((len(rows), 0), -1, dtype=np.int32), lengths, missing
+        # Arrow all the way: one gather, then the flat values and offsets, never a Python list per block.
+        array = self._gather(TOKEN_IDS_COLUMN, rows[valid])
+        offsets = np.asarray(array.offsets, dtype=np.int64)
+        values = np.asarray(array.flatten(), dtype=np.int32)
+        lengths[valid] = np.diff(offsets)
+        missing[valid] = np.asarray(array.is_null(), dtype=bool)
+        lengths[missing] = 0
+        ids = np.full((len(rows), int(lengths.max()) if len(rows) else 0), -1, dtype=np.int32)
+        ids[np.arange(ids.shape[1]) < lengths[:, None]] = values
+        return ids, lengths, missing
 
     def titles_and_texts(self, start: int, stop: int) -> dict[str, list]:
         """`{"title": [...], "text": [...]}` of corpus rows `start:stop`."""

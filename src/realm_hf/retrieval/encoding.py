@@ -85,6 +85,27 @@ def tokenize_blocks(
     )
 
 
+def tokenize_block_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """
+    The wordpiece ids of block texts as the reader reads them: `tokenizer(text, add_special_tokens=False)`, without
+    the title and untruncated. A BERT WordPiece tokenizer encodes the two segments of a pair separately, so these are
+    the ids between the two `[SEP]`s of a `[CLS] question [SEP] text [SEP]` reader pair, before the pair's truncation.
+    The corpus stores them (column `text_token_ids`) so that training finds the answers in the searcher beam without
+    tokenizing thousands of question/block pairs.
+
+    Args:
+        tokenizer: A BERT WordPiece tokenizer (the retriever's).
+        texts (`Sequence[str]`): Block texts.
+
+    Returns:
+        `list[list[int]]`, one list of ids per text.
+    """
+    texts = list(texts)
+    if not texts:
+        return []
+    return tokenizer_call(tokenizer, texts, add_special_tokens=False, verbose=False)["input_ids"]
+
+
 def embed_blocks(
     embedder: torch.nn.Module,
     tokenizer,

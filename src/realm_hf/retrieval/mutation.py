@@ -10,8 +10,8 @@ import faiss
 import numpy as np
 import torch
 
-from .building import split_and_embed
-from .corpus import BlockCorpus, as_id_array
+from .building import split_and_embed, with_token_ids
+from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array
 from .encoding import fingerprint_module
 from .index import add_embeddings, build_index, supports_remove
 
@@ -80,6 +80,11 @@ def add_blocks(retriever: RealmRetriever, columns: dict, embeddings: np.ndarray)
         raise ValueError(
             f"New embeddings have dimension {embeddings.shape[1]} but the corpus has {retriever.embedding_dim}."
         )
+    # The new blocks' token ids when the corpus stores them (tokenized outside the lock), none when it does not.
+    if retriever._corpus.has_token_ids and TOKEN_IDS_COLUMN not in columns and retriever.tokenizer is not None:
+        columns = with_token_ids(columns, retriever.tokenizer)
+    elif not retriever._corpus.has_token_ids:
+        columns = {name: values for name, values in columns.items() if name != TOKEN_IDS_COLUMN}
     with retriever._lock:
         if columns.get("doc_id") is not None:
             _check_new_doc_ids(retriever._corpus, list(dict.fromkeys(columns["doc_id"])))

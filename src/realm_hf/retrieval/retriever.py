@@ -13,8 +13,8 @@ import torch
 
 from . import building, mutation, searching
 from .building import RealmIndexState
-from .corpus import BlockCorpus
-from .encoding import fingerprint_module
+from .corpus import BlockCorpus, as_id_array, pad_token_ids
+from .encoding import fingerprint_module, tokenize_block_texts
 from .index import BlockIndex
 from .legacy import legacy_reader_call, read_legacy_blocks
 from .searching import RealmSearchOutput
@@ -175,6 +175,40 @@ class RealmRetriever:
     def get_block_texts(self, block_ids) -> list:
         """Texts of `block_ids`: `list[list[str]]` for `(batch_size, k)` ids, `list[str]` for 1-D ids."""
         return self._corpus.texts(block_ids)
+
+    def get_block_token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
+        """
+        The wordpiece ids of the blocks' texts as the reader reads them ([`tokenize_block_texts`]: no title, no special
+        tokens, untruncated), from the corpus's `text_token_ids` column, tokenized here for blocks (or whole corpora,
+        e.g. saved by older versions) stored without them.
+
+        Args:
+            block_ids (`torch.LongTensor` of any shape): Block ids; `-1` gives an empty row.
+
+        Returns:
+            `(ids, lengths)`: `ids` an int32 tensor of shape `block_ids.shape + (longest,)` padded with -1, and the
+            number of ids of each block, shape `block_ids.shape`.
+        """
+        ids_array = as_id_array(block_ids)
+        corpus = self._corpus  # one snapshot for both lookups (changes replace the corpus object, never edit it)
+        if corpus.has_token_ids:
+            ids, lengths, missing = corpus.token_ids(ids_array)
+        else:
+            ids, lengths, missing = None, None, np.ones(ids_array.size, dtype=bool)
+        if missing.any():
+            if self.tokenizer is None:
+                raise ValueError("This corpus stores no token ids and the retriever has no tokenizer: set one.")
+            texts = corpus.texts(ids_array.reshape(-1)[missing])
+            fresh, fresh_lengths = pad_token_ids(tokenize_block_texts(self.tokenizer, texts))
+            if ids is None:
+                ids, lengths = fresh, fresh_lengths
+            else:
+                width = max(ids.shape[1], fresh.shape[1])
+                ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
+                ids[np.flatnonzero(missing), : fresh.shape[1]] = fresh
+                lengths[missing] = fresh_lengths
+        shape = tuple(ids_array.shape)
+        return torch.from_numpy(ids).view(*shape, ids.shape[1]), torch.from_numpy(lengths).view(shape)
 
     def search(
         self,
