@@ -402,7 +402,7 @@ def test_trust_remote_code_loads_through_the_installed_realm_hf(without_realm_hf
         "AutoConfig": "ok realm_hf.configuration_realm.RealmConfig",
         "AutoModel": "ok realm_hf.modeling_openqa.RealmForOpenQA",
         "AutoTokenizer": "ok realm_hf.tokenization_realm.RealmTokenizer",
-        "pipeline": "ok realm_hf.pipeline_realm.RealmQuestionAnsweringPipeline",
+        "pipeline": "ok realm_hf.pipelines.question_answering.RealmQuestionAnsweringPipeline",
     }
 
 
