@@ -171,3 +171,49 @@ def test_interrupted_swap_is_completed_by_the_next_save(saves, worker, operation
     RealmForOpenQA.from_pretrained(root / "old").save_pretrained(target)
     assert signature(target) == expected["old"]
     assert not [name for name in os.listdir(target) if name.startswith((STAGING_PREFIX, JOURNAL_NAME))]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The staged save on its own
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_staged_save_puts_the_old_entries_back_when_the_swap_fails(tmp_path, monkeypatch):
+    from realm_hf.file_utils import staged_save
+
+    (tmp_path / "a").write_text("old a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("old x")
+    real_replace, calls = os.replace, []
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 5:  # journal, a aside, a in, b aside, then b in fails
+            raise OSError("disk gone")
+        return real_replace(src, dst)
+
+    with pytest.raises(OSError, match="disk gone"):
+        with staged_save(tmp_path) as save:
+            (tmp_path / save.staging / "a").write_text("new a")
+            os.makedirs(os.path.join(save.staging, "b"))
+            (tmp_path / save.staging / "b" / "x").write_text("new x")
+            monkeypatch.setattr(os, "replace", failing_replace)
+    monkeypatch.undo()
+    assert (tmp_path / "a").read_text() == "old a" and (tmp_path / "b" / "x").read_text() == "old x"
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+def test_a_journal_cannot_move_files_out_of_its_directory(tmp_path):
+    from realm_hf.file_utils import recover_interrupted_save
+
+    model_dir = tmp_path / "model"
+    (model_dir / (STAGING_PREFIX + "x")).mkdir(parents=True)
+    (tmp_path / "precious").write_text("keep")
+    journal = {"staging": STAGING_PREFIX + "x", "replace": [], "remove": ["../precious"]}
+    (model_dir / JOURNAL_NAME).write_text(json.dumps(journal))
+    with pytest.raises(ValueError, match="outside its folder"):
+        recover_interrupted_save(model_dir)
+    assert (tmp_path / "precious").read_text() == "keep"
+    (model_dir / JOURNAL_NAME).write_text(json.dumps({**journal, "staging": "../elsewhere", "remove": []}))
+    with pytest.raises(OSError, match="not a realm-hf staging folder"):
+        recover_interrupted_save(model_dir)

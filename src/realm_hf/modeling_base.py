@@ -45,6 +45,17 @@ class RealmPreTrainedModel(PreTrainedModel):
             module.position_ids.copy_(torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
             module.token_type_ids.zero_()
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        r"""
+        transformers' `from_pretrained`; a local directory whose save was interrupted while its files were being
+        swapped in is completed first (see [`~RealmPreTrainedModel.save_pretrained`]), so it loads as one save.
+        """
+        path = pretrained_model_name_or_path
+        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
+            recover_interrupted_save(path)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         r"""
         transformers' `save_pretrained`, made all-or-nothing: the files are written into a temporary folder inside

@@ -223,8 +223,6 @@ class RealmForOpenQA(RealmPreTrainedModel):
         A local directory whose save was interrupted while its files were being swapped in is completed first (see
         [`~RealmForOpenQA.save_pretrained`]); weights and retriever from two different saves are refused.
         """
-        if load_retriever and retriever is None:
-            prepare_local_load(pretrained_model_name_or_path)
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
         if retriever is None and load_retriever:
