@@ -217,3 +217,33 @@ def test_a_journal_cannot_move_files_out_of_its_directory(tmp_path):
     (model_dir / JOURNAL_NAME).write_text(json.dumps({**journal, "staging": "../elsewhere", "remove": []}))
     with pytest.raises(OSError, match="not a realm-hf staging folder"):
         recover_interrupted_save(model_dir)
+
+
+def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
+    import threading
+
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    rng = np.random.default_rng(0)
+    retrievers = [
+        RealmRetriever.from_embeddings(rng.normal(size=(n, 8)).astype(np.float32), [f"{n}-{i}" for i in range(n)])
+        for n in (3, 7)
+    ]
+    errors = []
+
+    def save_repeatedly(retriever):
+        try:
+            for _ in range(3):
+                retriever.save_pretrained(tmp_path)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=save_repeatedly, args=(r,)) for r in retrievers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    loaded = RealmRetriever.from_pretrained(tmp_path)
+    assert len(loaded) in (3, 7) and loaded.get_block_texts([0])[0] == f"{len(loaded)}-0"
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "index.faiss", "retriever_manifest.json"]

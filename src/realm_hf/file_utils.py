@@ -198,7 +198,7 @@ def fsync_tree(root: str) -> None:
         _fsync_dir(folder)
 
 
-_held_locks: set[str] = set()
+_held_locks: dict[str, int] = {}  # directory -> the thread holding its lock in this process
 _held_locks_guard = threading.Lock()
 
 
@@ -206,33 +206,31 @@ _held_locks_guard = threading.Lock()
 def directory_lock(directory: str) -> Iterator[None]:
     """
     Hold an exclusive `flock` on `directory` (POSIX; nothing on Windows) so that two saves, or a save and the recovery
-    of an interrupted one, never interleave. Re-entrant within a process. The lock dies with the process: a killed
-    save leaves no stale lock behind.
+    of an interrupted one, never interleave, across processes and threads. Re-entrant within a thread. The lock dies
+    with the process: a killed save leaves no stale lock behind.
     """
     try:
         import fcntl  # POSIX only
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    key = os.path.realpath(directory)
+    key, me = os.path.realpath(directory), threading.get_ident()
     with _held_locks_guard:
-        if key in _held_locks:
-            reentrant = True
-        else:
-            reentrant = False
+        reentrant = _held_locks.get(key) == me
     if reentrant:
         yield
         return
     fd = os.open(directory, os.O_RDONLY)
     try:
+        # Another thread of this process holding it blocks here too: flock locks belong to the open file.
         fcntl.flock(fd, fcntl.LOCK_EX)
         with _held_locks_guard:
-            _held_locks.add(key)
+            _held_locks[key] = me
         try:
             yield
         finally:
             with _held_locks_guard:
-                _held_locks.discard(key)
+                _held_locks.pop(key, None)
     finally:
         os.close(fd)  # releases the lock
 
