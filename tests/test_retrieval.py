@@ -342,11 +342,14 @@ def test_corrupt_or_foreign_index_gives_clear_error(retriever, tmp_path):
     index_path = tmp_path / INDEX_NAME
     size = index_path.stat().st_size
     index_path.write_bytes(np.random.default_rng(0).bytes(size))
-    with pytest.raises(ValueError, match="not a FAISS index.*from_documents"):
+    with pytest.raises(ValueError, match="index.faiss is corrupt: its sha256 differs"):
         RealmRetriever.from_pretrained(tmp_path)
+    # Without the checksums (trusted files), FAISS's own checks still refuse the file clearly.
+    with pytest.raises(ValueError, match="not a FAISS index.*from_documents"):
+        RealmRetriever.from_pretrained(tmp_path, verify_checksums=False)
     index_path.write_bytes(b"IxM2" + np.random.default_rng(0).bytes(size - 4))
     with pytest.raises(ValueError, match="could not be read as a FAISS index.*from_documents"):
-        RealmRetriever.from_pretrained(tmp_path)
+        RealmRetriever.from_pretrained(tmp_path, verify_checksums=False)
     good_prefix = faiss.serialize_index(retriever.index).tobytes()[: size // 2]
     index_path.write_bytes(good_prefix)
     with pytest.raises(ValueError, match="truncated"):
@@ -356,7 +359,7 @@ def test_corrupt_or_foreign_index_gives_clear_error(retriever, tmp_path):
     other.add_with_ids(np.zeros((len(retriever), 8), np.float32), np.arange(len(retriever)))
     faiss.write_index(other, str(index_path))
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    del manifest["index_file_size"]
+    del manifest["index_file_size"], manifest["files"]  # as an older manifest, without sizes or checksums
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=f"8-d index but the manifest says {PROJ}"):
         RealmRetriever.from_pretrained(tmp_path)

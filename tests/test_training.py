@@ -367,15 +367,17 @@ def test_refresh_metrics_reach_integrations_and_not_later_evaluation(tmp_path):
 
 
 def test_checkpoints_write_the_index_once(tmp_path, monkeypatch):
+    from realm_hf.retrieval import serialization
+
     model = make_model()
     writes = []
-    save = model.retriever.save_pretrained
+    write = serialization.write_retriever  # what writes a retriever folder, for the model's save or its own
 
-    def counting_save(directory, *args, **kwargs):
-        writes.append(os.path.relpath(str(directory), str(tmp_path)))
-        return save(directory, *args, **kwargs)
+    def counting_write(retriever, directory, *args, **kwargs):
+        writes.append(os.path.relpath(str(directory), str(tmp_path)).split(os.sep)[0])
+        return write(retriever, directory, *args, **kwargs)
 
-    monkeypatch.setattr(model.retriever, "save_pretrained", counting_save)
+    monkeypatch.setattr(serialization, "write_retriever", counting_write)
     reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,
@@ -384,7 +386,7 @@ def test_checkpoints_write_the_index_once(tmp_path, monkeypatch):
         callbacks=[reindex],
     )
     trainer.train()
-    assert sorted(writes) == [os.path.join("checkpoint-2", "retriever"), os.path.join("checkpoint-4", "retriever")]
+    assert sorted(writes) == ["checkpoint-2", "checkpoint-4"]
     for step in (2, 4):
         assert (tmp_path / f"checkpoint-{step}" / "retriever" / "retriever_manifest.json").exists()
         assert (tmp_path / f"checkpoint-{step}" / "reindex_state.json").exists()

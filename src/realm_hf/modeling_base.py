@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -10,6 +12,8 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredict
 
 from .auto_map import model_auto_map, prepare_save, write_auto_module
 from .configuration_realm import RealmConfig
+from .constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from .file_utils import check_inside, recover_interrupted_save, staged_save
 
 
 class RealmPreTrainedModel(PreTrainedModel):
@@ -29,19 +33,6 @@ class RealmPreTrainedModel(PreTrainedModel):
     # in `forward`, assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """
-        [`~transformers.PreTrainedModel.save_pretrained`], plus an `auto_map` in `config.json` and the small
-        `realm_hf_auto.py` it names, so that transformers' Auto classes used without `import realm_hf` point to realm-hf
-        (see `realm_hf/auto_map.py` and docs/hub.md).
-        """
-        prepare_save(self)
-        self.config.auto_map = model_auto_map(self)
-        result = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            write_auto_module(save_directory)
-        return result
-
     def post_init(self):
         super().post_init()
         _fuse_gelu_new(self)
@@ -55,10 +46,99 @@ class RealmPreTrainedModel(PreTrainedModel):
             module.position_ids.copy_(torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
             module.token_type_ids.zero_()
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        r"""
+        transformers' `from_pretrained`; a local directory whose save was interrupted while its files were being
+        swapped in is completed first (see [`~RealmPreTrainedModel.save_pretrained`]), so it loads as one save.
+        """
+        path = pretrained_model_name_or_path
+        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
+            recover_interrupted_save(path)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""
+        transformers' `save_pretrained`, made all-or-nothing: the files are written into a temporary folder inside
+        `save_directory` and swapped in under a journal, so that a save killed at any moment leaves exactly the
+        previous save or exactly this one (see [`realm_hf.file_utils.staged_save`]). Other files in the directory
+        are kept. `config.json` also gets an `auto_map` naming the small `realm_hf_auto.py` written next to it, so that
+        transformers' Auto classes used without `import realm_hf` point to realm-hf (see `realm_hf/auto_map.py` and
+        docs/hub.md).
+        """
+        self._save_directory(save_directory, args, kwargs)
+
+    def _save_directory(self, save_directory, args, kwargs, retriever=None, write_extra=None) -> None:
+        r"""
+        Save weights and config (transformers' `save_pretrained` with `args`/`kwargs`), `retriever` in `retriever/`
+        and whatever `write_extra(folder)` writes, into `save_directory` all at once or not at all, even if the
+        process is killed: see [`realm_hf.file_utils.staged_save`]. The retriever's manifest records the sha256 of
+        the weights saved with it, so that weights and index from two different saves are refused at load.
+
+        Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
+        files in the directory, such as a Trainer's `checkpoint-*` folders, are kept. `retriever/` belongs to the
+        model: it is replaced as a whole. Saved without a retriever, a directory keeps the one it has.
+        """
+        from .retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
+            rebind_model_files,
+            record_model_files,
+            stale_weight_files,
+            track_saved_index,
+            write_retriever,
+        )
+
+        save_directory = os.path.abspath(os.fspath(save_directory))
+        prepare_save(self)
+        self.config.auto_map = model_auto_map(self)
+        if not kwargs.get("is_main_process", True):
+            # The other processes of a distributed save: transformers decides what they write; no retriever.
+            super().save_pretrained(save_directory, *args, **kwargs)
+            return
+        if kwargs.get("push_to_hub"):
+            # transformers names the repo after the folder it saves into: the final one, not the staging folder.
+            kwargs.setdefault("repo_id", os.path.basename(save_directory))
+        retriever_dir = os.path.join(save_directory, RETRIEVER_SUBFOLDER)
+        with staged_save(save_directory) as save:
+            super().save_pretrained(save.staging, *args, **kwargs)
+            write_auto_module(save.staging)
+            staged_retriever = os.path.join(save.staging, RETRIEVER_SUBFOLDER)
+            rebound = False
+            if retriever is not None:
+                write_retriever(retriever, staged_retriever, model_files=record_model_files(save.staging))
+            elif os.path.isdir(retriever_dir):
+                rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
+            if write_extra is not None:
+                write_extra(save.staging)
+            written = sorted(os.listdir(save.staging))
+            if rebound:
+                # Only the kept retriever's manifest changes (it names the new weights), not the folder.
+                written = [n for n in written if n != RETRIEVER_SUBFOLDER] + [f"{RETRIEVER_SUBFOLDER}/{MANIFEST_NAME}"]
+            save.replace = written
+            save.remove = stale_weight_files(save_directory, set(written))
+        if retriever is not None:
+            track_saved_index(retriever, retriever_dir)
+
     @staticmethod
     def _flatten_inputs(*inputs):
         """Flatten `(batch, num_candidates, seq)` tensors to `(batch * num_candidates, seq)`."""
         return [t.reshape(-1, t.shape[-1]) if t is not None and t.dim() > 2 else t for t in inputs]
+
+
+def prepare_local_load(path) -> str | None:
+    """
+    Before loading a local model directory: complete a save into it that was interrupted while swapping its files
+    in, and return its `retriever/` folder if it has one (refused if a symbolic link leads it out of the directory).
+    `None` for a Hub repo id.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return None
+    recover_interrupted_save(path)
+    retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
+    if not os.path.isdir(retriever_dir):
+        return None
+    check_inside(path, retriever_dir, "the retriever folder", path)
+    return retriever_dir
 
 
 def _fuse_gelu_new(model: nn.Module) -> None:

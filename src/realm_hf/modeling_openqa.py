@@ -11,8 +11,8 @@ import threading
 import torch
 
 from .configuration_realm import RealmConfig
-from .constants import LEGACY_BLOCK_RECORDS, RETRIEVER_SUBFOLDER
-from .modeling_base import RealmPreTrainedModel
+from .constants import LEGACY_BLOCK_RECORDS
+from .modeling_base import RealmPreTrainedModel, prepare_local_load
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
 from .modeling_reader import RealmReader
@@ -206,6 +206,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         retriever=None,
         load_retriever: bool = True,
         allow_pickle=False,
+        verify_checksums: bool = True,
         **kwargs,
     ):
         r"""
@@ -223,11 +224,24 @@ class RealmForOpenQA(RealmPreTrainedModel):
             allow_pickle (`bool`, *optional*, defaults to `False`):
                 For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
                 Prefer converting once with `realm-hf convert`.
+            verify_checksums (`bool`, *optional*, defaults to `True`):
+                Compare the sha256 of the corpus, index, tokenizer and weight files of a local directory with those
+                recorded at save time (about 1 s per GB, see [`RealmRetriever.from_pretrained`]); `False` compares
+                sizes only, for trusted local files.
+
+        A local directory whose save was interrupted while its files were being swapped in is completed first (see
+        [`~RealmForOpenQA.save_pretrained`]); weights and retriever from two different saves are refused.
         """
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
         if retriever is None and load_retriever:
-            retriever = _load_retriever_for(model, pretrained_model_name_or_path, allow_pickle=allow_pickle, **kwargs)
+            retriever = _load_retriever_for(
+                model,
+                pretrained_model_name_or_path,
+                allow_pickle=allow_pickle,
+                verify_checksums=verify_checksums,
+                **kwargs,
+            )
         model.set_retriever(retriever)
         return loaded
 
@@ -237,24 +251,38 @@ class RealmForOpenQA(RealmPreTrainedModel):
         manifest in `save_directory/retriever/`, so that one directory (or Hub repo) holds everything
         [`~RealmForOpenQA.from_pretrained`] needs to answer questions.
 
+        The save is all-or-nothing, even if the process is killed at any moment: everything is written (and flushed
+        to disk) into a temporary folder inside `save_directory` first, then swapped in under a journal, so the
+        directory always loads as exactly the previous save or exactly this one (an interrupted swap is completed
+        by the next load or save). Only what the save writes is replaced (weights, config, `README.md`,
+        `retriever/`, and weight shards of an earlier save it supersedes): your other files in the directory, such
+        as a Trainer's `checkpoint-*` folders, are kept. The retriever's manifest records the sha256 of these
+        weights, so that weights and index from two different saves are refused at load.
+
         Args:
-            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
+            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever. Without it, a
+                `retriever/` already in the directory is kept (and now goes with these weights).
             model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
                 written by hand in an existing card is kept.
         """
         if hasattr(self.retriever, "__len__"):
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
             self.config.num_block_records = len(self.retriever)
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if not kwargs.get("is_main_process", True):
-            return
         retriever = self.retriever if save_retriever else None
-        if retriever is not None:
-            retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+        write_card = None
         if model_card:
             from .modelcard import write_model_card
 
-            write_model_card(save_directory, model=self, retriever=retriever)
+            readme = os.path.join(os.fspath(save_directory), "README.md")
+
+            def write_card(folder):
+                existing = None
+                if os.path.isfile(readme):
+                    with open(readme, encoding="utf-8") as f:
+                        existing = f.read()
+                write_model_card(folder, model=self, retriever=retriever, existing_readme=existing)
+
+        self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         r"""
@@ -583,7 +611,9 @@ def check_retriever_dim(retriever, config: RealmConfig) -> None:
     )
 
 
-def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False, **kwargs):
+def _load_retriever_for(
+    model: RealmForOpenQA, path, allow_pickle: bool = False, verify_checksums: bool = True, **kwargs
+):
     """Find the corpus that belongs to a checkpoint: a saved `retriever/` folder, or a legacy `block_emb` buffer."""
     path = str(path)
     if not os.path.isdir(path):
@@ -597,9 +627,9 @@ def _load_retriever_for(model: RealmForOpenQA, path, allow_pickle: bool = False,
             path,
             **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
         )
-    retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
-    if os.path.isdir(retriever_dir):
-        return load_retriever_for_model(model, retriever_dir)
+    retriever_dir = prepare_local_load(path)
+    if retriever_dir is not None:
+        return load_retriever_for_model(model, retriever_dir, model_dir=path, verify_checksums=verify_checksums)
     block_emb = load_legacy_block_emb(path)
     if block_emb is None:
         # No corpus in the directory: the config may name one (a dataset repo or a local folder).

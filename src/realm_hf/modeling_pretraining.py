@@ -8,8 +8,7 @@ import os
 import torch
 
 from .configuration_realm import RealmConfig
-from .constants import RETRIEVER_SUBFOLDER
-from .modeling_base import RealmPreTrainedModel
+from .modeling_base import RealmPreTrainedModel, prepare_local_load
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
 from .modeling_openqa import check_retriever_dim
@@ -486,6 +485,7 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         retriever=None,
         tokenizer=None,
         load_retriever: bool = True,
+        verify_checksums: bool = True,
         **kwargs,
     ):
         r"""
@@ -496,13 +496,18 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             retriever ([`RealmRetriever`], *optional*): Corpus to attach instead of the saved one.
             tokenizer (*optional*): Block tokenizer to attach.
             load_retriever (`bool`, *optional*, defaults to `True`): `False` loads the weights alone.
+            verify_checksums (`bool`, *optional*, defaults to `True`): As in [`RealmForOpenQA.from_pretrained`].
         """
+        retriever_dir = None
+        if retriever is None and load_retriever:
+            retriever_dir = prepare_local_load(pretrained_model_name_or_path)
         model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        retriever_dir = os.path.join(str(pretrained_model_name_or_path), RETRIEVER_SUBFOLDER)
-        if retriever is None and load_retriever and os.path.isdir(retriever_dir):
-            from .retrieval_realm import RealmRetriever  # local import: retrieval pulls in faiss and datasets
+        if retriever_dir is not None:
+            from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss
+            from .retrieval_realm import RealmRetriever
 
-            retriever = RealmRetriever.from_pretrained(retriever_dir)
+            check_model_files(retriever_dir, str(pretrained_model_name_or_path), verify_checksums)
+            retriever = RealmRetriever.from_pretrained(retriever_dir, verify_checksums=verify_checksums)
         model.retriever = retriever
         model.tokenizer = tokenizer
         return model
@@ -510,14 +515,13 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
         r"""
         Save weights and config as usual (a normal transformers directory: `embedder.*`, `query_embedder.*` when
-        separate, `encoder.*`) and, when a retriever is attached, its corpus and index in `retriever/`.
+        separate, `encoder.*`) and, when a retriever is attached, its corpus and index in `retriever/`; all at once
+        or not at all, as [`RealmForOpenQA.save_pretrained`] does.
 
         Args:
             save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
         """
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if save_retriever and self.retriever is not None and kwargs.get("is_main_process", True):
-            self.retriever.save_pretrained(os.path.join(save_directory, RETRIEVER_SUBFOLDER))
+        self._save_directory(save_directory, args, kwargs, retriever=self.retriever if save_retriever else None)
 
     def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
         r"""

@@ -200,6 +200,7 @@ def load_pretrained(
     repo_type: str | None,
     cache_dir: str | None,
     token: str | bool | None,
+    verify_checksums: bool = True,
 ) -> RealmRetriever:
     """[`RealmRetriever.from_pretrained`] up to the embedder check and the move to GPU (which the caller does)."""
     path = _resolve_pretrained_path(
@@ -207,7 +208,9 @@ def load_pretrained(
     )
     if expected_dim is None and embedder is not None:
         expected_dim = _embedder_dim(embedder)
-    manifest, corpus, index, tokenizer = load_retriever_parts(path, expected_dim, expected_num_blocks, mmap)
+    manifest, corpus, index, tokenizer = load_retriever_parts(
+        path, expected_dim, expected_num_blocks, mmap, verify_checksums
+    )
     return cls(
         corpus,
         index,

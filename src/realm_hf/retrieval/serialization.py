@@ -1,4 +1,4 @@
-"""Saving and loading a retriever directory: manifest, staged corpus/index/tokenizer save, checked load."""
+"""Saving and loading a retriever directory: manifest with checksums, staged save, checked load (paths, files)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import logging
 import math
 import os
 import re
-import shutil
-import tempfile
 
 import datasets
 import faiss
@@ -17,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
-from ..file_utils import swap_into_place
+from ..file_utils import check_inside, check_relative_name, file_sha256, recover_interrupted_save, staged_save
 from .corpus import BlockCorpus, _check_corpus_columns
 from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
 
@@ -98,6 +96,16 @@ def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_typ
     )
 
 
+# The manifest fields that name files or folders of the retriever directory.
+_PATH_FIELDS = ("corpus_dir", "index_file", "tokenizer_dir")
+# Files that hold a tokenizer's vocabulary (transformers 5 writes tokenizer.json; older saves vocab.txt).
+_VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model")
+# What a retriever directory holds, in the order a save swaps it in (the manifest last).
+_RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME)
+# Weight files of a model directory whose checksums a retriever saved with its model records ("model_files").
+_WEIGHTS_FILE = re.compile(r"(?:model|pytorch_model)(?:\.[\w-]+)?(?:-\d{5}-of-\d{5})?\.(?:safetensors|bin)")
+
+
 def _read_manifest(path: str) -> dict:
     manifest_path = os.path.join(path, MANIFEST_NAME)
     if not os.path.isfile(manifest_path):
@@ -109,6 +117,7 @@ def _read_manifest(path: str) -> dict:
             else f" {_REBUILD_HINT}"
         )
         raise OSError(f"{path} has no {MANIFEST_NAME}: it is not a realm-hf retriever directory.{hint}")
+    check_inside(path, manifest_path, MANIFEST_NAME, manifest_path)
     try:
         with open(manifest_path, encoding="utf-8") as f:
             manifest = json.load(f)
@@ -132,15 +141,122 @@ def _read_manifest(path: str) -> dict:
         )
     if manifest.get("metric", "inner_product") != "inner_product":
         raise ValueError(f"{manifest_path}: unsupported metric {manifest['metric']!r} (REALM uses inner product).")
+    # Every path the manifest gives must name something inside this directory (no absolute paths, `..` or links
+    # leading out): a downloaded repo must never make realm-hf read another corpus or any other file.
+    for field in _PATH_FIELDS:
+        value = manifest.get(field)
+        if value is not None or (field != "tokenizer_dir" and field in manifest):
+            _inside(path, value, f"the field {field!r}", manifest_path)
     return manifest
+
+
+def _inside(directory: str, relative, what: str, source: str, recursive: bool = True) -> str:
+    """`directory/relative`, refused when `relative` or a symbolic link on the way leads out of `directory`."""
+    full = os.path.join(directory, *check_relative_name(relative, what, source))
+    if os.path.lexists(full):
+        check_inside(directory, full, what, source, recursive=recursive)
+    return full
+
+
+def _record_files(directory: str) -> dict:
+    """`{relative path: {"size", "sha256"}}` of every file under `directory` but the manifest."""
+    files = {}
+    for folder, _dirs, names in os.walk(directory):
+        for name in names:
+            full = os.path.join(folder, name)
+            relative = os.path.relpath(full, directory).replace(os.sep, "/")
+            if relative != MANIFEST_NAME:
+                files[relative] = {"size": os.path.getsize(full), "sha256": file_sha256(full)}
+    return dict(sorted(files.items()))
+
+
+def _check_files(directory: str, files, verify_checksums: bool, source: str, what: str) -> None:
+    """
+    Check the files a manifest lists (`{relative path: {"size", "sha256"}}`) against `directory`: each must exist
+    inside it with its size (always, it is free) and its sha256 (with `verify_checksums`).
+    """
+    if not isinstance(files, dict):
+        raise ValueError(f"{source}: {what} must map file names to sizes and checksums. {_REBUILD_HINT}")
+    for relative, expected in files.items():
+        full = _inside(directory, relative, f"the file {relative!r} in {what}", source, recursive=False)
+        if not isinstance(expected, dict) or not isinstance(expected.get("size"), int):
+            raise ValueError(f"{source}: the entry of {relative!r} in {what} is malformed. {_REBUILD_HINT}")
+        if not os.path.isfile(full):
+            raise OSError(
+                f"{full} is missing, but {source} lists it: the directory is incomplete (a file was deleted or not "
+                "copied). Restore the file from the original save, or save the model or retriever again."
+            )
+        size = os.path.getsize(full)
+        if size != expected["size"]:
+            raise ValueError(
+                f"{full} has {size} bytes but {source} recorded {expected['size']}: the file is truncated, changed or "
+                "comes from another save. Restore it from the original save, or save the model or retriever again."
+            )
+        if verify_checksums and expected.get("sha256") is not None and file_sha256(full) != expected["sha256"]:
+            raise ValueError(
+                f"{full} is corrupt: its sha256 differs from the one {source} recorded when it was saved (the file "
+                "was changed in place or comes from another save). Restore it from the original save, or save the "
+                "model or retriever again. (`verify_checksums=False` skips this check, for trusted local files.)"
+            )
+
+
+def _verify_retriever_files(path: str, manifest: dict, verify_checksums: bool) -> None:
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    files = manifest.get("files")
+    if files is None:
+        logger.debug("%s records no file checksums (saved by an older realm-hf): files not verified.", manifest_path)
+        return
+    _check_files(path, files, verify_checksums, manifest_path, "'files'")
+    # A data file dropped into the corpus folder would be read with the others: only the saved ones belong there.
+    corpus_dir = os.path.join(
+        path, *check_relative_name(manifest.get("corpus_dir", CORPUS_DIR), "corpus_dir", manifest_path)
+    )
+    if os.path.isdir(corpus_dir):
+        prefix = os.path.relpath(corpus_dir, path).replace(os.sep, "/") + "/"
+        extra = sorted(
+            name
+            for name in os.listdir(corpus_dir)
+            if name.endswith((".arrow", ".parquet")) and prefix + name not in files
+        )
+        if extra:
+            raise ValueError(
+                f"{corpus_dir} holds {extra}, which {manifest_path} does not list: they are not part of this save. "
+                "Remove them, or save the retriever again."
+            )
+
+
+def check_model_files(retriever_dir: str, model_dir: str, verify_checksums: bool = True) -> None:
+    """
+    Check that the weights in `model_dir` are the ones saved together with the retriever in `retriever_dir` (its
+    manifest's `model_files`, written by `RealmForOpenQA.save_pretrained`), so that weights and index from two
+    different saves are never used together. A retriever saved on its own (attached with
+    `RealmRetriever.save_pretrained`, `realm-hf index --attach-to`) records no model files and passes.
+    """
+    recover_interrupted_save(retriever_dir)
+    manifest = _read_manifest(retriever_dir)
+    files = manifest.get("model_files")
+    if not files:
+        return
+    source = os.path.join(retriever_dir, MANIFEST_NAME)
+    try:
+        _check_files(model_dir, files, verify_checksums, source, "'model_files'")
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"The weights in {model_dir} and the retriever in {retriever_dir} come from different saves: {err} "
+            "Save the model again with `model.save_pretrained(...)` (it writes weights and retriever together), or "
+            "load the weights alone (`load_retriever=False`) and attach a corpus explicitly (`retriever=...`)."
+        ) from None
 
 
 def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Dataset:
     if not os.path.isdir(corpus_dir):
         raise OSError(f"Corpus folder {corpus_dir} not found. {_REBUILD_HINT}")
     parquet = sorted(f for f in os.listdir(corpus_dir) if f.endswith(".parquet"))
+    state_path = os.path.join(corpus_dir, "state.json")
+    if os.path.isfile(state_path):
+        _check_state_file(corpus_dir, state_path)
     try:
-        if os.path.isfile(os.path.join(corpus_dir, "state.json")):
+        if os.path.isfile(state_path):
             # load_from_disk memory-maps the Arrow files unless keep_in_memory=True.
             corpus = datasets.load_from_disk(corpus_dir, keep_in_memory=not mmap)
         elif parquet:
@@ -159,6 +275,18 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
     return corpus
 
 
+def _check_state_file(corpus_dir: str, state_path: str) -> None:
+    # `datasets.load_from_disk` opens the data files state.json names: they must be files of this folder.
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            data_files = json.load(f).get("_data_files", [])
+        names = [entry["filename"] for entry in data_files]
+    except (ValueError, AttributeError, KeyError, TypeError) as err:
+        raise ValueError(f"{state_path} is not a valid datasets state file ({err}).") from None
+    for name in names:
+        _inside(corpus_dir, name, "a data file", state_path, recursive=False)
+
+
 def _try_load_tokenizer(path: str):
     from transformers import AutoTokenizer, BertTokenizer
 
@@ -172,11 +300,75 @@ def _try_load_tokenizer(path: str):
             return None
 
 
+def _tokenizer_error(directory: str, reason: str) -> OSError:
+    return OSError(
+        f"The retriever's tokenizer in {directory} cannot be loaded: {reason}. It is the tokenizer the corpus was "
+        "split with, and the model tokenizes questions and blocks with it: restore the folder from the original "
+        f"save, or save that tokenizer there again (`tokenizer.save_pretrained({directory!r})`)."
+    )
+
+
 def _load_tokenizer(path: str, manifest: dict):
+    """
+    The retriever's tokenizer, or `None` when the manifest says it was saved without one. A tokenizer that is
+    missing or cannot be loaded is an error, never a fallback: a tokenizer without its vocabulary silently maps every
+    word to [UNK].
+    """
+    manifest_path = os.path.join(path, MANIFEST_NAME)
     tokenizer_dir = manifest.get("tokenizer_dir", TOKENIZER_DIR)
-    if tokenizer_dir is None or not os.path.isdir(os.path.join(path, tokenizer_dir)):
+    if tokenizer_dir is None:
         return None
-    return _try_load_tokenizer(os.path.join(path, tokenizer_dir))
+    directory = _inside(path, tokenizer_dir, "the field 'tokenizer_dir'", manifest_path)
+    if not os.path.isdir(directory):
+        if "tokenizer_dir" not in manifest:
+            return None  # an early manifest that did not say: no tokenizer was saved
+        raise _tokenizer_error(directory, f"the folder is missing ({manifest_path} names it)")
+    present = [name for name in _VOCABULARY_FILES if os.path.isfile(os.path.join(directory, name))]
+    if not present:
+        raise _tokenizer_error(
+            directory, f"it has no vocabulary file ({' or '.join(_VOCABULARY_FILES[:2])}: deleted or never copied)"
+        )
+    _check_tokenizer_config(directory)
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except Exception as err:  # noqa: BLE001 - a legacy config naming an unregistered class: try plain BERT below
+        try:
+            tokenizer = BertTokenizerFast.from_pretrained(directory)
+        except Exception:  # noqa: BLE001 - report the first, more telling error
+            raise _tokenizer_error(
+                directory, f"{', '.join(present)} is corrupt ({type(err).__name__}: {err})"
+            ) from None
+    expected = manifest.get("tokenizer_vocab_size")
+    special = set(getattr(tokenizer, "all_special_tokens", []))
+    if (expected is not None and len(tokenizer) != expected) or len(tokenizer) <= len(special):
+        raise _tokenizer_error(
+            directory,
+            f"it loads with {len(tokenizer)} tokens"
+            + (f" but was saved with {expected}" if expected is not None else ", only its special tokens")
+            + f" ({', '.join(present)} is incomplete or corrupt)",
+        )
+    return tokenizer
+
+
+def _check_tokenizer_config(directory: str) -> None:
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    if not os.path.isfile(config_path):
+        return
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise _tokenizer_error(directory, f"tokenizer_config.json is corrupt ({err})") from None
+    if not isinstance(config, dict):
+        raise _tokenizer_error(directory, "tokenizer_config.json is not a JSON object")
+    # transformers opens the files `fast_tokenizer_files` names relative to the folder; code from `auto_map` would
+    # run: neither may come with a corpus.
+    for name in config.get("fast_tokenizer_files") or []:
+        _inside(directory, name, "a 'fast_tokenizer_files' entry", config_path, recursive=False)
+    if config.get("auto_map"):
+        raise _tokenizer_error(directory, "tokenizer_config.json asks for custom code (auto_map), which is not run")
 
 
 def _write_index(retriever, path: str) -> str:
@@ -252,53 +444,146 @@ def build_manifest(retriever) -> dict:
     }
 
 
-def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard_size) -> None:
+def record_model_files(model_dir: str) -> dict:
+    """`{name: {"size", "sha256"}}` of the weight files in `model_dir`, for a manifest's `model_files`."""
+    return {
+        name: {
+            "size": os.path.getsize(os.path.join(model_dir, name)),
+            "sha256": file_sha256(os.path.join(model_dir, name)),
+        }
+        for name in sorted(os.listdir(model_dir))
+        if _WEIGHTS_FILE.fullmatch(name) and os.path.isfile(os.path.join(model_dir, name))
+    }
+
+
+_SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}")
+_WEIGHTS_INDEX = re.compile(r"(model|pytorch_model)\.(safetensors|bin)\.index(?:\.([\w-]+))?\.json")
+
+
+def stale_weight_files(target: str, written: set[str]) -> list[str]:
     """
-    Write `retriever`'s corpus, index, tokenizer and manifest into a temporary sibling of their final place, then
-    swap each entry in (the manifest last); see [`RealmRetriever.save_pretrained`]. The caller holds its lock.
+    The weight files of an earlier save in `target` that a save writing `written` supersedes: shards and shard
+    indexes of the same weights (same format and variant) that the new save does not write, as transformers' own
+    `save_pretrained` removes stale shards. Nothing else is ever listed.
+    """
+    families = {_SHARD_SUFFIX.sub("", name) for name in written if _WEIGHTS_FILE.fullmatch(name)}
+    stale = []
+    for name in sorted(os.listdir(target)) if os.path.isdir(target) else []:
+        if name in written or not os.path.isfile(os.path.join(target, name)):
+            continue
+        index = _WEIGHTS_INDEX.fullmatch(name)
+        if index:
+            family = f"{index[1]}{'.' + index[3] if index[3] else ''}.{index[2]}"
+        elif _WEIGHTS_FILE.fullmatch(name):
+            family = _SHARD_SUFFIX.sub("", name)
+        else:
+            continue
+        if family in families:
+            stale.append(name)
+    return stale
+
+
+def rebind_model_files(retriever_dir: str, staging_retriever_dir: str, model_files: dict) -> bool:
+    """
+    For a model saved without its retriever into a directory that keeps one: if that retriever was saved with the
+    earlier weights (its manifest lists `model_files`), write its manifest, now naming the new weights, into
+    `staging_retriever_dir`. Returns whether it did (the caller then swaps that manifest in).
+    """
+    manifest_path = os.path.join(retriever_dir, MANIFEST_NAME)
+    if not os.path.isfile(manifest_path):
+        return False
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False  # reported when the retriever is loaded
+    if not isinstance(manifest, dict) or not manifest.get("model_files"):
+        return False
+    manifest["model_files"] = model_files
+    os.makedirs(staging_retriever_dir, exist_ok=True)
+    with open(os.path.join(staging_retriever_dir, MANIFEST_NAME), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return True
+
+
+def write_retriever(
+    retriever, directory: str, corpus_format: str = "arrow", max_shard_size="500MB", model_files: dict | None = None
+) -> None:
+    """
+    Write `retriever`'s corpus, index, tokenizer and manifest into `directory`, a new or empty folder (the staging
+    folder of a save), under the retriever's lock. The manifest records the size and sha256 of every file and, given
+    `model_files` (see [`record_model_files`]), the weights saved with it.
     """
     if corpus_format not in ("arrow", "parquet"):
         raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
-    os.makedirs(save_directory, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".tmp-retriever-", dir=save_directory)
-    try:
-        corpus_dir = os.path.join(staging, CORPUS_DIR)
+    os.makedirs(directory, exist_ok=True)
+    with retriever._lock:
+        corpus_dir = os.path.join(directory, CORPUS_DIR)
         if corpus_format == "arrow":
             retriever.corpus.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
         else:
             _save_parquet_shards(retriever.corpus, corpus_dir, max_shard_size)
-        index_path = os.path.join(staging, INDEX_NAME)
+        index_path = os.path.join(directory, INDEX_NAME)
         index_labels = _write_index(retriever, index_path)
         if retriever.tokenizer is not None:
-            retriever.tokenizer.save_pretrained(os.path.join(staging, TOKENIZER_DIR))
+            retriever.tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
         manifest = build_manifest(retriever)
-        manifest.update(
-            corpus_format=corpus_format,
-            corpus_dir=CORPUS_DIR,
-            index_file=INDEX_NAME,
-            index_file_size=os.path.getsize(index_path),
-            index_labels=index_labels,
-            tokenizer_dir=TOKENIZER_DIR if retriever.tokenizer is not None else None,
-        )
-        with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, sort_keys=True)
-            f.write("\n")
-        swap_into_place(staging, save_directory, [CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME])
-        if retriever._index.source is not None:
-            # The mmapped index's file may just have been replaced by an identical copy: track the new one.
-            labels = retriever._corpus.row_ids if index_labels == "row" else None
-            retriever._index.track_file(os.path.join(save_directory, INDEX_NAME), labels)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    manifest.update(
+        corpus_format=corpus_format,
+        corpus_dir=CORPUS_DIR,
+        index_file=INDEX_NAME,
+        index_file_size=os.path.getsize(index_path),
+        index_labels=index_labels,
+        tokenizer_dir=TOKENIZER_DIR if retriever.tokenizer is not None else None,
+        tokenizer_vocab_size=len(retriever.tokenizer) if retriever.tokenizer is not None else None,
+        files=_record_files(directory),
+    )
+    if model_files:
+        manifest["model_files"] = model_files
+    with open(os.path.join(directory, MANIFEST_NAME), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def track_saved_index(retriever, directory: str) -> None:
+    """After a save into `directory`: a memory-mapped index follows its file, which the save may have replaced."""
+    if retriever._index.source is not None:
+        # Row labels (format 2) map back to block ids through the corpus; see `_restore_block_ids`.
+        with open(os.path.join(directory, MANIFEST_NAME), encoding="utf-8") as f:
+            index_labels = json.load(f).get("index_labels", "block_id")
+        labels = retriever._corpus.row_ids if index_labels == "row" else None
+        retriever._index.track_file(os.path.join(directory, INDEX_NAME), labels)
+
+
+def save_retriever(retriever, save_directory: str, corpus_format: str, max_shard_size) -> None:
+    """
+    Save `retriever` into `save_directory` all at once or not at all (see [`realm_hf.file_utils.staged_save`]):
+    only its own entries (`corpus/`, `index.faiss`, `tokenizer/`, the manifest) are replaced, other files are kept.
+    """
+    if corpus_format not in ("arrow", "parquet"):
+        raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
+    with staged_save(save_directory) as save:
+        write_retriever(retriever, save.staging, corpus_format, max_shard_size)
+        written = set(os.listdir(save.staging))
+        save.replace = [name for name in _RETRIEVER_ENTRIES if name in written]
+        save.remove = [name for name in _RETRIEVER_ENTRIES if name not in written]
+    track_saved_index(retriever, save_directory)
 
 
 def load_retriever_parts(
-    path: str, expected_dim: int | None = None, expected_num_blocks: int | None = None, mmap: bool = True
+    path: str,
+    expected_dim: int | None = None,
+    expected_num_blocks: int | None = None,
+    mmap: bool = True,
+    verify_checksums: bool = True,
 ) -> tuple[dict, BlockCorpus, BlockIndex, object]:
     """
-    Read and check a saved retriever directory: the manifest against the model's expectations, the index and the
-    corpus against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`.
+    Read and check a saved retriever directory: the manifest against the model's expectations, every file against
+    the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
+    against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`.
     """
+    recover_interrupted_save(path)
     manifest = _read_manifest(path)
     dim = int(manifest["embedding_dim"])
     num_blocks = int(manifest["num_blocks"])
@@ -313,8 +598,9 @@ def load_retriever_parts(
             f"The corpus in {path} has {num_blocks} blocks but {expected_num_blocks} were expected "
             "(e.g. config.num_block_records). Use the corpus that belongs to this model."
         )
-
-    index_path = os.path.join(path, manifest.get("index_file", INDEX_NAME))
+    _verify_retriever_files(path, manifest, verify_checksums)
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    index_path = _inside(path, manifest.get("index_file", INDEX_NAME), "the field 'index_file'", manifest_path)
     expected_size = manifest.get("index_file_size")
     if expected_size is not None and os.path.isfile(index_path) and os.path.getsize(index_path) != expected_size:
         raise ValueError(
@@ -334,7 +620,8 @@ def load_retriever_parts(
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise ValueError(f"{index_path} is not an inner-product index (metric {index.metric_type}). {_REBUILD_HINT}")
 
-    dataset = _load_corpus(os.path.join(path, manifest.get("corpus_dir", CORPUS_DIR)), manifest, mmap)
+    corpus_dir = _inside(path, manifest.get("corpus_dir", CORPUS_DIR), "the field 'corpus_dir'", manifest_path)
+    dataset = _load_corpus(corpus_dir, manifest, mmap)
     if len(dataset) != num_blocks:
         raise ValueError(
             f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
