@@ -14,6 +14,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from ..auto_map import tokenizer_auto_map
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, TOKENIZER_DIR
 from ..file_utils import check_inside, check_relative_name, file_sha256, recover_interrupted_save, staged_save
 from .corpus import BlockCorpus, _check_corpus_columns
@@ -364,10 +365,11 @@ def _check_tokenizer_config(directory: str) -> None:
     if not isinstance(config, dict):
         raise _tokenizer_error(directory, "tokenizer_config.json is not a JSON object")
     # transformers opens the files `fast_tokenizer_files` names relative to the folder; code from `auto_map` would
-    # run: neither may come with a corpus.
+    # run: neither may come with a corpus. realm-hf's own `auto_map` (written by every RealmTokenizer save) names
+    # classes that `import realm_hf` has registered, so transformers uses those and runs nothing from the folder.
     for name in config.get("fast_tokenizer_files") or []:
         _inside(directory, name, "a 'fast_tokenizer_files' entry", config_path, recursive=False)
-    if config.get("auto_map"):
+    if config.get("auto_map") and config["auto_map"] != tokenizer_auto_map():
         raise _tokenizer_error(directory, "tokenizer_config.json asks for custom code (auto_map), which is not run")
 
 
