@@ -119,7 +119,7 @@ def _check_after_kill(root, expected, target, answer):
     assert signature(target) == expected["new"]
     entries = sorted(os.listdir(target))
     assert entries == sorted(
-        ["README.md", "checkpoint-10", "config.json", "model.safetensors", "notes.md", "retriever"]
+        ["README.md", "checkpoint-10", "config.json", "model.safetensors", "notes.md", "realm_hf_auto.py", "retriever"]
     )
     assert not [name for name in os.listdir(target / "retriever") if name.startswith(".")]
     return "old" if state == expected["old"] else "new"
