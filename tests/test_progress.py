@@ -34,13 +34,20 @@ def tiny(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny")))
 
 
-@pytest.fixture
-def restore_switches():
-    yield
+def _all_switches_on():
     transformers_logging.enable_progress_bar()  # also turns huggingface_hub's global switch back on
     datasets.enable_progress_bars()
     huggingface_hub.utils.enable_progress_bars(PROGRESS_BAR_GROUP)
     huggingface_hub.utils.enable_progress_bars()
+
+
+@pytest.fixture
+def restore_switches():
+    # Every case starts from all switches on: a library used by an earlier test of the session (not realm-hf, which
+    # restores what it turns off) may have left one off.
+    _all_switches_on()
+    yield
+    _all_switches_on()
 
 
 def run_bars(model, tokenizer) -> None:
