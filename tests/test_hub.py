@@ -213,7 +213,7 @@ def test_reference_fields_round_trip_and_local_directory(saved, tmp_path):
 
 
 def test_load_retriever_from_hub_signature_matches_modeling_call(saved, tmp_path):
-    # modeling_openqa._load_retriever_for calls load_retriever_from_hub(model, path, revision=, cache_dir=, token=).
+    # openqa_retrieval.load_retriever_for_checkpoint calls load_retriever_from_hub(model, path, revision=, ...).
     cache = str(tmp_path / "cache")
     populate_cache(saved[2], "realm-test/tiny", cache)
     retriever = load_retriever_from_hub(saved[0], "realm-test/tiny", revision="main", cache_dir=cache, token=None)

@@ -1,37 +1,36 @@
-"""End-to-end open-domain QA: `RealmForOpenQA` (retrieve, then read), its input checks and corpus loading."""
+"""End-to-end open-domain QA: `RealmForOpenQA` (retrieve, then read), its loading and saving, and `answer()`."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-import logging
 import os
 import threading
 
 import torch
 
 from .configuration_realm import RealmConfig
-from .constants import LEGACY_BLOCK_RECORDS
-from .modeling_base import RealmPreTrainedModel, prepare_local_load
+from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
-from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
+from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
+from .openqa_answers import collect_answers
+from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
+from .openqa_retrieval import load_retriever_for_checkpoint, search_with_embeddings
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
-from .reader_inputs import RealmReaderInputs, build_beam_reader_inputs, normalize_answer_ids, tokenize_answers
-from .retrieval.encoding import tokenize_blocks
-from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
-from .retriever_loading import load_retriever_for_model
+from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, tokenize_answers
+from .retriever_loading import check_retriever_dim
 from .text_inputs import as_question_list, check_max_question_length, check_questions
 from .tokenization_realm import tokenizer_call
 
-logger = logging.getLogger(__name__)
+# What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
+_load_retriever_for = load_retriever_for_checkpoint
 
 # Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
 _MODE_LOCK = threading.Lock()
 
 
-class RealmForOpenQA(RealmPreTrainedModel):
+class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
     r"""
     End-to-end open-domain question answering: p(y|x) = sum over the top-k blocks z of p(y|z,x) p(z|x).
 
@@ -65,9 +64,6 @@ class RealmForOpenQA(RealmPreTrainedModel):
     }
     # The legacy port kept the whole corpus embedding matrix as a model buffer; it now belongs to the retriever.
     _keys_to_ignore_on_load_unexpected = [r"position_ids", r"^block_emb$"]
-    # Blocks per document-embedder call when retrieved blocks are re-embedded with gradient (end-to-end training):
-    # caps the size of one call's activations; an attribute, not a config field, as results change only by rounding.
-    document_embedding_chunk_size = 64
 
     def __init__(self, config: RealmConfig, retriever=None):
         super().__init__(config)
@@ -85,106 +81,6 @@ class RealmForOpenQA(RealmPreTrainedModel):
     def query_embedder(self) -> RealmEmbedder:
         """The question embedder, `embedder` (the name its weights carry in every REALM Open-QA checkpoint)."""
         return self.embedder
-
-    def add_document_embedder(self, embedder: RealmEmbedder | None = None, trainable: bool = True) -> RealmEmbedder:
-        r"""
-        Give the model its own document embedder, for end-to-end retriever training.
-
-        By default REALM fine-tuning keeps the document embedder frozen: the index holds precomputed block
-        embeddings and only the question embedder and reader train. With a document embedder, the top
-        `config.document_gradient_beam_size` retrieved blocks of each question (default: the reader beam) are
-        re-embedded in the forward pass while training, so the retrieval loss reaches the document side too; the
-        rest of the searcher beam is scored with the index's stored embeddings. [`RealmReindexCallback`] refreshes
-        the index with its weights.
-
-        Args:
-            embedder ([`RealmEmbedder`], *optional*):
-                Initial weights, e.g. the pre-trained document embedder that built the index. Defaults to a copy of
-                the question embedder (they start equal in REALM's fine-tuning from pre-training).
-            trainable (`bool`, *optional*, defaults to `True`): Leave its parameters trainable.
-        """
-        import copy
-
-        embedder = copy.deepcopy(self.embedder) if embedder is None else embedder
-        embedder.requires_grad_(trainable)
-        self.document_embedder = embedder
-        self.config.use_document_embedder = True
-        return embedder
-
-    def freeze_document_embedder(self) -> None:
-        """Stop training the document embedder (the paper's fine-tuning setting); the index then stays fresh."""
-        if self.document_embedder is not None:
-            self.document_embedder.requires_grad_(False)
-
-    def _trains_document_embedder(self) -> bool:
-        return (
-            self.document_embedder is not None
-            and self.training
-            and torch.is_grad_enabled()
-            and any(p.requires_grad for p in self.document_embedder.parameters())
-        )
-
-    def _embed_blocks(self, tokenizer, blocks: list[list[dict]]) -> torch.Tensor:
-        """
-        Embed retrieved blocks with the live document embedder (with gradient): `[batch, n, proj]` for `n` blocks
-        per question. One tokenization for all of them (as the index was embedded), then the embedder runs over
-        `document_embedding_chunk_size` blocks at a time: that caps the transient memory of one call (attention
-        scores, feed-forward activations); what backward keeps still grows with the number of blocks, which
-        `config.document_gradient_beam_size` bounds.
-        """
-        flat = [block for row in blocks for block in row]
-        # The same tokenization and truncation as the index was embedded with.
-        encoded = tokenize_blocks(
-            tokenizer,
-            [block.get("title") for block in flat],
-            [block["text"] for block in flat],
-            max_length=getattr(self.retriever, "max_block_length", None),
-            padding=True,
-            return_tensors="pt",
-        ).to(self.document_embedder.device)
-        chunk = max(1, int(self.document_embedding_chunk_size))
-        embeddings = torch.cat(
-            [
-                self.document_embedder(
-                    **{key: value[start : start + chunk] for key, value in encoded.items()}, return_dict=True
-                ).projected_score
-                for start in range(0, len(flat), chunk)
-            ]
-        )
-        return embeddings.view(len(blocks), len(blocks[0]), -1)
-
-    def _document_gradient_beam_size(self, k: int, reader_beam_size: int | None = None) -> int:
-        """
-        Blocks per question re-embedded with gradient while the document embedder trains:
-        `config.document_gradient_beam_size` (default: the blocks read, `config.reader_beam_size` unless the call
-        says otherwise), at most `k` (the searcher beam).
-        """
-        m = getattr(self.config, "document_gradient_beam_size", None)
-        if m is None:
-            m = self.config.reader_beam_size if reader_beam_size is None else reader_beam_size
-        return max(0, min(int(m), k))
-
-    def _training_block_embeddings(
-        self, tokenizer, search, question_projection, reader_beam_size: int | None = None
-    ) -> torch.Tensor:
-        """
-        Block embeddings `[batch, k, proj]` for the relevance scores while the document embedder trains: fresh ones
-        (with gradient) for the first `document_gradient_beam_size` blocks of each question's beam, the index's
-        stored ones (no gradient) for the rest.
-        """
-        k = search.block_ids.shape[1]
-        m = self._document_gradient_beam_size(k, reader_beam_size)
-        device = question_projection.device
-        fresh = self._embed_blocks(tokenizer, [row[:m] for row in search.blocks]).to(device) if m else None
-        if fresh is not None and m == k:
-            return fresh
-        # The top blocks carry the gradient into the document side (REALM's pre-training back-propagates through 8
-        # candidates); the stored vectors still give the rest of the beam its place in the retrieval marginal,
-        # without activations kept for backward.
-        stored = search.block_embeddings[:, m:].to(
-            device, fresh.dtype if fresh is not None else question_projection.dtype
-        )
-        return stored if fresh is None else torch.cat([fresh, stored], dim=1)
 
     @property
     def searcher_beam_size(self) -> int:
@@ -435,53 +331,10 @@ class RealmForOpenQA(RealmPreTrainedModel):
             end_positions=reader_inputs.end_positions,
             return_dict=True,
         )
-        outputs = self._collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search)
+        outputs = collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search, tokenizer)
         if not return_dict:
             return reader_output, outputs.predicted_answer_ids
         return outputs
-
-    def _collect_answers(
-        self, reader_output: RealmReaderOutput, reader_inputs: RealmReaderInputs, block_ids, relevance_score, search
-    ) -> RealmForOpenQAOutput:
-        batch = torch.arange(block_ids.shape[0], device=reader_output.block_idx.device)
-        num_read = reader_output.reader_logits.shape[1]
-        answer_scores = reader_output.reader_logits[batch, reader_output.block_idx, reader_output.candidate]
-        answer_ids, answer_texts, char_spans = [], [], []
-        blocks = search.blocks
-        for b in range(block_ids.shape[0]):
-            row = int(reader_output.block_idx[b])
-            start, end = int(reader_output.start_pos[b]), int(reader_output.end_pos[b])
-            answer_ids.append(reader_inputs.input_ids[b, row, start : end + 1])
-            if reader_inputs.offset_mapping is not None:
-                char_start = int(reader_inputs.offset_mapping[b, row, start, 0])
-                char_end = int(reader_inputs.offset_mapping[b, row, end, 1])
-                char_spans.append((char_start, char_end))
-                answer_texts.append(blocks[b][row]["text"][char_start:char_end])
-            else:
-                char_spans.append(None)
-                answer_texts.append(self.retriever.tokenizer.decode(answer_ids[-1]))
-        answer_block_ids = block_ids.to(batch.device)[batch, reader_output.block_idx]
-        retrieved_blocks = [
-            [dict(block, score=float(score)) for block, score in zip(row_blocks, row_scores)]
-            for row_blocks, row_scores in zip(blocks, relevance_score.detach().cpu().tolist())
-        ]
-        return RealmForOpenQAOutput(
-            loss=reader_output.loss,
-            reader_output=reader_output,
-            predicted_answer_ids=answer_ids[0] if len(answer_ids) == 1 else answer_ids,
-            predicted_answers=answer_texts,
-            answer_scores=answer_scores,
-            answer_block_ids=answer_block_ids,
-            answer_char_spans=char_spans,
-            retrieved_block_ids=block_ids,
-            retrieved_scores=relevance_score,
-            retrieved_blocks=retrieved_blocks,
-            # The read pairs, so callers (the pipeline's top-k answers) need not tokenize them a second time.
-            reader_input_ids=reader_inputs.input_ids[:, :num_read],
-            reader_offset_mapping=reader_inputs.offset_mapping[:, :num_read]
-            if reader_inputs.offset_mapping is not None
-            else None,
-        )
 
     @contextlib.contextmanager
     def evaluating(self):
@@ -581,77 +434,3 @@ class RealmForOpenQA(RealmPreTrainedModel):
                     )
                     results.append({"question": question, **record, "retrieved": retrieved})
         return results[0] if single else results
-
-
-def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int):
-    """
-    `retriever.search(question_embeddings, k)` with the retrieved blocks' stored embeddings (`block_embeddings`).
-
-    A [`RealmRetriever`] looks ids, blocks and embeddings up in one locked step, so they come from one state of
-    the corpus and index even while another thread swaps the index or adds and removes documents. Other retrievers
-    (anything with `search` and `get_block_embeddings`) are asked for the embeddings in a second call.
-    """
-    if "return_embeddings" in inspect.signature(retriever.search).parameters:
-        return retriever.search(question_embeddings, k, return_embeddings=True)
-    search = retriever.search(question_embeddings, k)
-    search.block_embeddings = retriever.get_block_embeddings(search.block_ids)
-    return search
-
-
-def check_retriever_dim(retriever, config: RealmConfig) -> None:
-    """Refuse a retriever whose embeddings are not `config.retriever_proj_size`-dimensional (`None` passes)."""
-    dim = getattr(retriever, "embedding_dim", None)
-    if dim is None or int(dim) == int(config.retriever_proj_size):
-        return
-    raise ValueError(
-        f"This retriever holds {int(dim)}-d embeddings, but the model's embedder projects to "
-        f"{config.retriever_proj_size} dimensions (config.retriever_proj_size): its inner products would be "
-        "meaningless. Use the corpus built for this model, or re-embed it with this model's embedder "
-        "(`retriever.embed_corpus(model.embedder)`)."
-    )
-
-
-def _load_retriever_for(
-    model: RealmForOpenQA, path, allow_pickle: bool = False, verify_checksums: bool = True, **kwargs
-):
-    """Find the corpus that belongs to a checkpoint: a saved `retriever/` folder, or a legacy `block_emb` buffer."""
-    path = str(path)
-    if not os.path.isdir(path):
-        # Hub repos: the hub module knows how to fetch the retriever folder next to the weights.
-        try:
-            from .hub import load_retriever_from_hub
-        except ImportError:
-            return None
-        return load_retriever_from_hub(
-            model,
-            path,
-            **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
-        )
-    retriever_dir = prepare_local_load(path)
-    if retriever_dir is not None:
-        return load_retriever_for_model(model, retriever_dir, model_dir=path, verify_checksums=verify_checksums)
-    block_emb = load_legacy_block_emb(path)
-    if block_emb is None:
-        # No corpus in the directory: the config may name one (a dataset repo or a local folder).
-        from .hub import load_referenced_retriever
-
-        return load_referenced_retriever(
-            model, **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")}
-        )
-    if os.path.exists(os.path.join(path, LEGACY_BLOCK_RECORDS)) and pickle_allowed(allow_pickle):
-        from transformers import AutoTokenizer
-
-        from .retrieval_realm import RealmRetriever
-
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        return RealmRetriever.from_legacy(path, tokenizer=tokenizer, block_emb=block_emb, allow_pickle=True)
-    # Keep the embeddings reachable (memory-mapped, not a model buffer) so a converter or retriever can use them.
-    model.legacy_block_emb = block_emb
-    logger.warning(
-        "Legacy REALM checkpoint: its %d block embeddings are available as `model.legacy_block_emb`, but its block "
-        "texts are in a pickled block_records.npy, which is not loaded by default. Convert once with "
-        "`realm-hf convert %s <output_dir>`, or pass `allow_pickle=True` if you trust the file.",
-        block_emb.shape[0],
-        path,
-    )
-    return None

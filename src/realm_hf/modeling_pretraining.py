@@ -11,10 +11,10 @@ from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel, prepare_local_load
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
-from .modeling_openqa import check_retriever_dim
 from .modeling_outputs import RealmForPreTrainingOutput
 from .pretraining_components import build_from_component_checkpoints, export_component_checkpoints
 from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
+from .retriever_loading import check_retriever_dim
 
 logger = logging.getLogger(__name__)
 

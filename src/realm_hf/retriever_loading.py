@@ -1,6 +1,14 @@
-"""Load the retriever saved with a REALM model, checked against the embedder that fills its index."""
+"""
+Load the retriever saved with a REALM model, checked against the embedder that fills its index; check the embedding
+size of a retriever attached to a model.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .configuration_realm import RealmConfig
 
 
 def load_retriever_for_model(model, path: str, model_dir: str | None = None, verify_checksums: bool = True):
@@ -20,4 +28,17 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
         return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
     return RealmRetriever.from_pretrained(
         path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
+    )
+
+
+def check_retriever_dim(retriever, config: RealmConfig) -> None:
+    """Refuse a retriever whose embeddings are not `config.retriever_proj_size`-dimensional (`None` passes)."""
+    dim = getattr(retriever, "embedding_dim", None)
+    if dim is None or int(dim) == int(config.retriever_proj_size):
+        return
+    raise ValueError(
+        f"This retriever holds {int(dim)}-d embeddings, but the model's embedder projects to "
+        f"{config.retriever_proj_size} dimensions (config.retriever_proj_size): its inner products would be "
+        "meaningless. Use the corpus built for this model, or re-embed it with this model's embedder "
+        "(`retriever.embed_corpus(model.embedder)`)."
     )

@@ -1,4 +1,7 @@
-"""REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization, legacy, conversion."""
+"""
+REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization,
+integrity, legacy, conversion.
+"""
 
 import importlib
 

@@ -18,6 +18,8 @@ from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
 from .encoding import _embedder_dim, embed_blocks, fingerprint_module, tokenize_block_texts
 from .index import BlockIndex
+from .integrity import _REBUILD_HINT
+from .legacy import read_legacy_blocks
 from .serialization import _resolve_pretrained_path, _try_load_tokenizer, load_retriever_parts
 
 if TYPE_CHECKING:
@@ -38,6 +40,20 @@ class RealmIndexState:
     index: faiss.Index
     index_type: str
     embedder_fingerprint: str | None = None
+
+
+def check_parts(corpus: BlockCorpus, index: BlockIndex) -> None:
+    """Refuse a corpus and index that cannot make a [`RealmRetriever`]: no block, or not one vector per block."""
+    if len(corpus) == 0:
+        raise ValueError("The corpus is empty: a retriever needs at least one block.")
+    if index.index.ntotal != len(corpus):
+        raise ValueError(
+            f"The index holds {index.index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
+        )
+    if corpus.dim is not None and corpus.dim != index.index.d:
+        raise ValueError(
+            f"The corpus embeddings have dimension {corpus.dim} but the index has {index.index.d}. {_REBUILD_HINT}"
+        )
 
 
 def split_and_embed(
@@ -221,6 +237,23 @@ def load_pretrained(
     )
 
 
+def from_legacy(
+    cls: type[RealmRetriever],
+    legacy_dir: str | os.PathLike,
+    tokenizer,
+    block_emb,
+    allow_pickle: bool,
+    index: str,
+    embedder: torch.nn.Module | None,
+    train_size: int | None,
+    use_gpu: bool,
+) -> RealmRetriever:
+    """[`RealmRetriever.from_legacy`]: the legacy blocks read (`legacy.read_legacy_blocks`), then indexed."""
+    legacy_dir = os.fspath(legacy_dir)
+    columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
+    return from_legacy_blocks(cls, legacy_dir, columns, block_emb, tokenizer, index, embedder, train_size, use_gpu)
+
+
 def from_legacy_blocks(
     cls: type[RealmRetriever],
     legacy_dir: str,
@@ -362,6 +395,13 @@ def swap_index_state(retriever: RealmRetriever, state: RealmIndexState) -> None:
         retriever._corpus = BlockCorpus(state.corpus)
         retriever._index = retriever._index.replaced_by(state.index, state.index_type)
         retriever.embedder_fingerprint = state.embedder_fingerprint
+
+
+def is_stale(retriever: RealmRetriever, embedder: torch.nn.Module) -> bool | None:
+    """[`RealmRetriever.is_stale`]."""
+    if retriever.embedder_fingerprint is None:
+        return None
+    return fingerprint_module(embedder) != retriever.embedder_fingerprint
 
 
 def check_embedder(retriever: RealmRetriever, embedder: torch.nn.Module) -> None:

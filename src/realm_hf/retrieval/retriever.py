@@ -13,12 +13,11 @@ import torch
 
 from . import building, mutation, searching
 from .building import RealmIndexState
-from .corpus import BlockCorpus, as_id_array, pad_token_ids
-from .encoding import fingerprint_module, tokenize_block_texts
+from .corpus import BlockCorpus
 from .index import BlockIndex
-from .legacy import legacy_reader_call, read_legacy_blocks
+from .legacy import legacy_reader_call
 from .searching import RealmSearchOutput
-from .serialization import _REBUILD_HINT, build_manifest, save_retriever
+from .serialization import build_manifest, save_retriever
 
 
 class RealmRetriever:
@@ -78,16 +77,7 @@ class RealmRetriever:
     ):
         corpus = corpus if isinstance(corpus, BlockCorpus) else BlockCorpus(corpus)
         index = index if isinstance(index, BlockIndex) else BlockIndex(index, index_type)
-        if len(corpus) == 0:
-            raise ValueError("The corpus is empty: a retriever needs at least one block.")
-        if index.index.ntotal != len(corpus):
-            raise ValueError(
-                f"The index holds {index.index.ntotal} vectors but the corpus has {len(corpus)} blocks. {_REBUILD_HINT}"
-            )
-        if corpus.dim is not None and corpus.dim != index.index.d:
-            raise ValueError(
-                f"The corpus embeddings have dimension {corpus.dim} but the index has {index.index.d}. {_REBUILD_HINT}"
-            )
+        building.check_parts(corpus, index)
         self._corpus, self._index = corpus, index
         self.tokenizer = tokenizer
         self.max_block_length = max_block_length
@@ -189,26 +179,7 @@ class RealmRetriever:
             `(ids, lengths)`: `ids` an int32 tensor of shape `block_ids.shape + (longest,)` padded with -1, and the
             number of ids of each block, shape `block_ids.shape`.
         """
-        ids_array = as_id_array(block_ids)
-        corpus = self._corpus  # one snapshot for both lookups (changes replace the corpus object, never edit it)
-        if corpus.has_token_ids:
-            ids, lengths, missing = corpus.token_ids(ids_array)
-        else:
-            ids, lengths, missing = None, None, np.ones(ids_array.size, dtype=bool)
-        if missing.any():
-            if self.tokenizer is None:
-                raise ValueError("This corpus stores no token ids and the retriever has no tokenizer: set one.")
-            texts = corpus.texts(ids_array.reshape(-1)[missing])
-            fresh, fresh_lengths = pad_token_ids(tokenize_block_texts(self.tokenizer, texts))
-            if ids is None:
-                ids, lengths = fresh, fresh_lengths
-            else:
-                width = max(ids.shape[1], fresh.shape[1])
-                ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
-                ids[np.flatnonzero(missing), : fresh.shape[1]] = fresh
-                lengths[missing] = fresh_lengths
-        shape = tuple(ids_array.shape)
-        return torch.from_numpy(ids).view(*shape, ids.shape[1]), torch.from_numpy(lengths).view(shape)
+        return searching.block_token_ids(self, block_ids)
 
     def search(
         self,
@@ -481,9 +452,7 @@ class RealmRetriever:
 
     def is_stale(self, embedder: torch.nn.Module) -> bool | None:
         """Whether `embedder`'s weights differ from those that embedded the corpus (`None` if no fingerprint)."""
-        if self.embedder_fingerprint is None:
-            return None
-        return fingerprint_module(embedder) != self.embedder_fingerprint
+        return building.is_stale(self, embedder)
 
     def check_embedder(self, embedder: torch.nn.Module) -> None:
         """Refuse an embedder of another dimension; warn if its weights differ from the corpus's embedder."""
@@ -519,11 +488,7 @@ class RealmRetriever:
                 load).
             max_shard_size (`str` or `int`, defaults to `"500MB"`): Maximum size of a corpus shard.
         """
-        if corpus_format not in ("arrow", "parquet"):
-            raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
-        save_directory = os.fspath(save_directory)
-        with self._lock:
-            save_retriever(self, os.fspath(save_directory), corpus_format, max_shard_size)
+        save_retriever(self, save_directory, corpus_format, max_shard_size)
 
     @classmethod
     def from_pretrained(
@@ -623,8 +588,6 @@ class RealmRetriever:
             index (`str`, defaults to `"Flat"`): FAISS factory string (Flat reproduces the legacy exact search).
             embedder (*optional*): The checkpoint's embedder, to record its fingerprint in the manifest.
         """
-        legacy_dir = os.fspath(legacy_dir)
-        columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
-        return building.from_legacy_blocks(
-            cls, legacy_dir, columns, block_emb, tokenizer, index, embedder, train_size, use_gpu
+        return building.from_legacy(
+            cls, legacy_dir, tokenizer, block_emb, allow_pickle, index, embedder, train_size, use_gpu
         )

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
+from .corpus import as_id_array, pad_token_ids
+from .encoding import tokenize_block_texts
 from .index import get_search_param, is_exact, normalize_search_params
 
 if TYPE_CHECKING:
@@ -157,3 +159,27 @@ def warn_missing_results(retriever: RealmRetriever, k: int, num_questions: int) 
         num_questions,
         cause,
     )
+
+
+def block_token_ids(retriever: RealmRetriever, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
+    """[`RealmRetriever.get_block_token_ids`]."""
+    ids_array = as_id_array(block_ids)
+    corpus = retriever._corpus  # one snapshot for both lookups (changes replace the corpus object, never edit it)
+    if corpus.has_token_ids:
+        ids, lengths, missing = corpus.token_ids(ids_array)
+    else:
+        ids, lengths, missing = None, None, np.ones(ids_array.size, dtype=bool)
+    if missing.any():
+        if retriever.tokenizer is None:
+            raise ValueError("This corpus stores no token ids and the retriever has no tokenizer: set one.")
+        texts = corpus.texts(ids_array.reshape(-1)[missing])
+        fresh, fresh_lengths = pad_token_ids(tokenize_block_texts(retriever.tokenizer, texts))
+        if ids is None:
+            ids, lengths = fresh, fresh_lengths
+        else:
+            width = max(ids.shape[1], fresh.shape[1])
+            ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
+            ids[np.flatnonzero(missing), : fresh.shape[1]] = fresh
+            lengths[missing] = fresh_lengths
+    shape = tuple(ids_array.shape)
+    return torch.from_numpy(ids).view(*shape, ids.shape[1]), torch.from_numpy(lengths).view(shape)
