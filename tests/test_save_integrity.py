@@ -264,5 +264,11 @@ def test_failed_model_save_keeps_the_previous_save(saves, model_dir, monkeypatch
         model_b.save_pretrained(model_dir)
     monkeypatch.undo()
     assert {name: (model_dir / name).read_bytes() for name in before} == before
-    assert sorted(os.listdir(model_dir)) == ["README.md", "config.json", "model.safetensors", "realm_hf_auto.py", "retriever"]
+    assert sorted(os.listdir(model_dir)) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "realm_hf_auto.py",
+        "retriever",
+    ]
     assert len(RealmForOpenQA.from_pretrained(model_dir).retriever) == 6
