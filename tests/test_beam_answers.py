@@ -301,3 +301,25 @@ def test_answer_matching_equals_find_answer_spans_on_random_ids():
         first_sep = [block.index(sep) if sep in block else len(block) for block in blocks]
         searchable = torch.tensor([min(n, s) for n, s in zip(kept, first_sep)])
         assert find_answers_in_token_ids(padded, searchable, answers).tolist() == expected
+
+
+def test_token_ids_are_tokenized_in_bounded_chunks(monkeypatch):
+    """A corpus is tokenized a chunk at a time (the whole 1M-block corpus at once took ~20 GB), with the same ids."""
+    from realm_hf.retrieval import building
+
+    tokenizer = tiny_tokenizer()
+    texts = [doc["text"] for doc in documents()] * 3
+    columns = {"title": [""] * len(texts), "text": texts}
+    calls = []
+    real = building.tokenize_block_texts
+
+    def counting(tok, chunk):
+        calls.append(len(chunk))
+        return real(tok, chunk)
+
+    monkeypatch.setattr(building, "tokenize_block_texts", counting)
+    monkeypatch.setattr(building, "TOKENIZE_CHUNK_BLOCKS", 4)
+    column = building.with_token_ids(columns, tokenizer)[TOKEN_IDS_COLUMN]
+    assert max(calls) <= 4 and sum(calls) == len(texts)
+    assert column.to_pylist() == tokenize_block_texts(tokenizer, texts)
+    assert building.with_token_ids({"title": [], "text": []}, tokenizer)[TOKEN_IDS_COLUMN].to_pylist() == []

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import datasets
 import faiss
 import numpy as np
+import pyarrow as pa
 import torch
 
 from .chunking import split_documents
@@ -74,10 +75,22 @@ def split_and_embed(
     return columns, embeddings.numpy()
 
 
+# Blocks tokenized per call when storing token ids: the tokenizer's per-text encodings and Python id lists of a whole
+# corpus at once took ~20 GB at 1M blocks; a chunk is turned into a compact Arrow array before the next one.
+TOKENIZE_CHUNK_BLOCKS = 10_000
+
+
 def with_token_ids(columns: dict, tokenizer) -> dict:
     """`columns` plus the reader's wordpiece ids of each block's text (`text_token_ids`), tokenized once here."""
-    ids = tokenize_block_texts(tokenizer, columns["text"])
-    return {**columns, TOKEN_IDS_COLUMN: token_ids_array(ids, len(tokenizer))}
+    texts, vocab_size = columns["text"], len(tokenizer)
+    column = token_ids_array([], vocab_size)  # the column's type, and the answer for an empty corpus
+    chunks = []
+    for start in range(0, len(texts), TOKENIZE_CHUNK_BLOCKS):
+        ids = tokenize_block_texts(tokenizer, texts[start : start + TOKENIZE_CHUNK_BLOCKS])
+        chunks.extend(token_ids_array(ids, vocab_size).chunks)
+    if chunks:
+        column = pa.chunked_array(chunks, type=column.type)
+    return {**columns, TOKEN_IDS_COLUMN: column}
 
 
 def build(
