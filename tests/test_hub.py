@@ -193,6 +193,21 @@ def test_reference_to_a_dataset_repo_is_followed(saved, tmp_path):
         load_referenced_retriever(reloaded, cache_dir=cache)
 
 
+def test_a_downloaded_repo_cannot_reference_a_local_directory(saved, tmp_path):
+    """A Hub repo whose config names a directory of this machine as its retriever is refused (issue 13, defect 1)."""
+    _, _, path = saved
+    cache = str(tmp_path / "cache")
+    bare = tmp_path / "bare"
+    shutil.copytree(path, bare, ignore=shutil.ignore_patterns("retriever"))
+    config = json.loads((bare / "config.json").read_text())
+    config.update(retriever_repo_id=os.path.join(path, "retriever"))  # an existing retriever elsewhere on disk
+    (bare / "config.json").write_text(json.dumps(config))
+    populate_cache(str(bare), "realm-test/local-reference", cache)
+    _mark_missing(cache, "realm-test/local-reference", "retriever/retriever_manifest.json")
+    with pytest.raises(ValueError, match="may not make realm-hf read outside it"):
+        RealmForOpenQA.from_pretrained("realm-test/local-reference", cache_dir=cache)
+
+
 def test_reference_fields_round_trip_and_local_directory(saved, tmp_path):
     model, tokenizer, path = saved
     copy, _ = build_tiny_model(str(tmp_path))

@@ -159,7 +159,14 @@ def load_retriever_from_hub(
     if local is not None:
         return _retriever_from_dir(model, local)
     if follow_reference:
-        return load_referenced_retriever(model, cache_dir=cache_dir, token=token, local_files_only=local_files_only)
+        return load_referenced_retriever(
+            model,
+            cache_dir=cache_dir,
+            token=token,
+            local_files_only=local_files_only,
+            allow_local_reference=False,
+            referenced_by=repo_id,
+        )
     return None
 
 
@@ -168,13 +175,17 @@ def load_referenced_retriever(
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
     local_files_only: bool = False,
+    allow_local_reference: bool = True,
+    referenced_by: str | None = None,
     **unused,
 ):
     r"""
     Load the retriever named by the model config (`retriever_repo_id` and optionally `retriever_revision`,
     `retriever_repo_type` (default `"dataset"`), `retriever_subfolder`), or return `None` when there is no reference.
 
-    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is.
+    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is, but only for a model
+    loaded from a local directory: a model downloaded from the Hub (`allow_local_reference=False`, its repo id in
+    `referenced_by`) may not make realm-hf read a directory of this machine.
 
     Raises:
         `OSError`: The reference points at a repo without a retriever manifest, or offline without the files.
@@ -184,6 +195,12 @@ def load_referenced_retriever(
     if not repo_id:
         return None
     subfolder = getattr(config, "retriever_subfolder", None) or ""
+    if not allow_local_reference and (os.path.isabs(repo_id) or os.path.exists(repo_id) or repo_id.startswith(".")):
+        raise ValueError(
+            f"The model repo {referenced_by!r} names a local path as its retriever (config.retriever_repo_id="
+            f"{repo_id!r}): a downloaded repo may not make realm-hf read outside it. If you trust that path, load it "
+            "yourself: `RealmForOpenQA.from_pretrained(repo_id, retriever=RealmRetriever.from_pretrained(path))`."
+        )
     if os.path.isdir(repo_id):
         return _retriever_from_dir(model, os.path.join(repo_id, subfolder) if subfolder else repo_id)
     local = download_retriever(
