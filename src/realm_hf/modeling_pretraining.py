@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, prepare_local_load
+from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
 from .modeling_outputs import RealmForPreTrainingOutput
-from .pretraining_components import build_from_component_checkpoints, export_component_checkpoints
+from .pretraining_components import RealmPreTrainingCheckpointsMixin
 from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 from .retriever_loading import check_retriever_dim
 
@@ -24,7 +23,7 @@ def _config_value(config, name, default):
     return default if value is None else value
 
 
-class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
+class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     REALM pre-training (Guu et al., 2020): a masked language model that retrieves from a knowledge corpus and learns
     the retriever through the masked-LM loss.
@@ -412,133 +411,6 @@ class RealmForPreTraining(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             marginal_predictions[rows, original] = marginal.argmax(-1)
             null_predictions[rows, original] = token_log_probs[:, 0].argmax(-1)
         return candidate_log_probs, utility, marginal_predictions, null_predictions
-
-    # ------------------------------------------------------------------------------------------------ ICT warm start
-
-    def load_ict_embedders(self, ict_model_or_path) -> RealmForPreTraining:
-        r"""
-        Initialise both embedders from an Inverse Cloze Task warm start ([`RealmForInverseClozeTask`], a directory it
-        was saved to, or a directory written by its `export_embedders`), as REALM does before pre-training.
-
-        With a shared embedder here and separate ICT embedders, the ICT *document* embedder is used (it is the one
-        that builds the index), with a warning.
-        """
-        from .training.ict import RealmForInverseClozeTask
-
-        if isinstance(ict_model_or_path, (str, os.PathLike)):
-            path = str(ict_model_or_path)
-            if os.path.isdir(os.path.join(path, "embedder")):
-                document = RealmEmbedder.from_pretrained(os.path.join(path, "embedder"))
-                query_dir = os.path.join(path, "query_embedder")
-                query = RealmEmbedder.from_pretrained(query_dir) if os.path.isdir(query_dir) else document
-            else:
-                ict = RealmForInverseClozeTask.from_pretrained(path)
-                document, query = ict.embedder, ict.query_embedder
-        else:
-            document, query = ict_model_or_path.embedder, ict_model_or_path.query_embedder
-        self.embedder.load_state_dict(document.state_dict())
-        if not self.shares_query_document_embedder:
-            self.query_embedder.load_state_dict(query.state_dict())
-        elif query is not document:
-            logger.warning(
-                "The ICT model has separate query and document embedders but this model shares one: using the ICT "
-                "document embedder for both."
-            )
-        return self
-
-    # ------------------------------------------------------------------------------------------------ checkpoints
-
-    @classmethod
-    def from_legacy_checkpoints(
-        cls,
-        embedder_or_scorer_dir: str | os.PathLike,
-        encoder_dir: str | os.PathLike,
-        query_embedder_dir: str | os.PathLike | None = None,
-        retriever=None,
-        tokenizer=None,
-        **config_overrides,
-    ) -> RealmForPreTraining:
-        r"""
-        Build a pre-training model from the legacy component checkpoints, e.g.
-        `google/realm-cc-news-pretrained-embedder` (or `-scorer`) and `google/realm-cc-news-pretrained-encoder`.
-
-        Args:
-            embedder_or_scorer_dir (`str` or `os.PathLike`):
-                A [`RealmEmbedder`] directory (keys `realm.*`, `cls.*`) or a [`RealmScorer`] directory (keys
-                `embedder.*`, the query and document embedders being one module): the document embedder, also used
-                as the query embedder unless `query_embedder_dir` is given.
-            encoder_dir (`str` or `os.PathLike`): A [`RealmKnowledgeAugEncoder`] directory.
-            query_embedder_dir (`str` or `os.PathLike`, *optional*):
-                A separate query [`RealmEmbedder`]; sets `share_query_document_embedder=False`.
-            retriever, tokenizer (*optional*): Attached to the model.
-            **config_overrides: Set on the config (e.g. `num_candidates=8`, `max_joint_length=...`).
-        """
-        return build_from_component_checkpoints(
-            cls, embedder_or_scorer_dir, encoder_dir, query_embedder_dir, retriever, tokenizer, **config_overrides
-        )
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path,
-        *model_args,
-        retriever=None,
-        tokenizer=None,
-        load_retriever: bool = True,
-        verify_checksums: bool = True,
-        **kwargs,
-    ):
-        r"""
-        Load the model and, unless `retriever` is given or `load_retriever=False`, the corpus saved with it in
-        `retriever/` (if any).
-
-        Args:
-            retriever ([`RealmRetriever`], *optional*): Corpus to attach instead of the saved one.
-            tokenizer (*optional*): Block tokenizer to attach.
-            load_retriever (`bool`, *optional*, defaults to `True`): `False` loads the weights alone.
-            verify_checksums (`bool`, *optional*, defaults to `True`): As in [`RealmForOpenQA.from_pretrained`].
-        """
-        retriever_dir = None
-        if retriever is None and load_retriever:
-            retriever_dir = prepare_local_load(pretrained_model_name_or_path)
-        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        if retriever_dir is not None:
-            from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss
-            from .retrieval_realm import RealmRetriever
-
-            check_model_files(retriever_dir, str(pretrained_model_name_or_path), verify_checksums)
-            retriever = RealmRetriever.from_pretrained(retriever_dir, verify_checksums=verify_checksums)
-        model.retriever = retriever
-        model.tokenizer = tokenizer
-        return model
-
-    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
-        r"""
-        Save weights and config as usual (a normal transformers directory: `embedder.*`, `query_embedder.*` when
-        separate, `encoder.*`) and, when a retriever is attached, its corpus and index in `retriever/`; all at once
-        or not at all, as [`RealmForOpenQA.save_pretrained`] does.
-
-        Args:
-            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
-        """
-        self._save_directory(save_directory, args, kwargs, retriever=self.retriever if save_retriever else None)
-
-    def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
-        r"""
-        Write the parts as standalone checkpoints with the legacy layouts and keys, loadable on their own:
-
-        - `embedder/`: the document embedder, a [`RealmEmbedder`] (keys `realm.*`, `cls.*`): what builds the index,
-          and what [`RealmForOpenQA`] / ORQA fine-tuning starts from;
-        - `query_embedder/`: the query [`RealmEmbedder`] (only when separate);
-        - `scorer/`: a [`RealmScorer`] (keys `embedder.*`, like `realm-cc-news-pretrained-scorer`); with separate
-          embedders it holds the document embedder, and `RealmScorer.from_pretrained(path,
-          query_embedder=RealmEmbedder.from_pretrained(query_embedder/))` restores the pair;
-        - `encoder/`: the [`RealmKnowledgeAugEncoder`] (keys `realm.*`, `cls.predictions.*`).
-
-        Returns:
-            `dict` mapping each component name to its directory.
-        """
-        return export_component_checkpoints(self, save_directory, safe_serialization=safe_serialization)
 
 
 __all__ = [
