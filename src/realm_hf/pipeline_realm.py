@@ -3,24 +3,5 @@ Question answering with REALM through transformers' `pipeline` API, kept under i
 implementation is [`realm_hf.pipelines`] (the pipeline class, its inputs, its answers and its registration).
 """
 
-from .pipelines import (
-    PIPELINE_MODULE_FILE,
-    REALM_QA_TASK,
-    RealmQuestionAnsweringPipeline,
-    declare_pipeline,
-    is_realm_model,
-    pipeline,
-    register_pipeline,
-    write_pipeline_module,
-)
-
-__all__ = [
-    "PIPELINE_MODULE_FILE",
-    "REALM_QA_TASK",
-    "RealmQuestionAnsweringPipeline",
-    "declare_pipeline",
-    "is_realm_model",
-    "pipeline",
-    "register_pipeline",
-    "write_pipeline_module",
-]
+from .pipelines import *  # noqa: F403 - the old module path re-exports the package's public names
+from .pipelines import __all__  # noqa: F401

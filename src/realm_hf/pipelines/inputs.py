@@ -7,10 +7,6 @@ from collections.abc import Iterator
 import datasets
 import torch
 
-# The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
-from ..text_inputs import check_context as _check_context  # noqa: F401 - re-exported for the pipeline
-from ..text_inputs import question_example as _to_example  # noqa: F401
-
 
 def _is_dataset(inputs) -> bool:
     return isinstance(inputs, torch.utils.data.Dataset)

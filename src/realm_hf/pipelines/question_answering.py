@@ -15,10 +15,14 @@ from transformers import Pipeline
 from ..modeling_realm import RealmForOpenQA
 from ..precision import autocast, parse_dtype
 from ..provenance import answer_record, block_provenance
+
+# The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
+from ..text_inputs import check_context as _check_context
 from ..text_inputs import check_questions
+from ..text_inputs import question_example as _to_example
 from ..tokenization_realm import tokenizer_call
 from .answers import _best_spans
-from .inputs import _check_context, _is_dataset, _to_example, dataset_questions, is_hf_dataset
+from .inputs import _is_dataset, dataset_questions, is_hf_dataset
 from .options import map_classic_options
 
 logger = logging.getLogger(__name__)
