@@ -78,6 +78,12 @@ def parse_args(argv=None):
     parser.add_argument("--questions", type=int, default=3000, help="Questions drawn (one per entry at most).")
     parser.add_argument("--eval-questions", type=int, default=300)
     parser.add_argument("--freeze-layers", type=int, default=4, help="Bottom encoder layers kept frozen (of 6).")
+    parser.add_argument(
+        "--pooling",
+        choices=("auto", "cls", "mean"),
+        default="auto",
+        help="Embedders' pooling: auto = the checkpoint's own (mean for MiniLM); cls = REALM's [CLS] pooler.",
+    )
     parser.add_argument("--embed-dtype", default="bf16", help="Autocast dtype for corpus embedding (bf16 or fp32).")
     parser.add_argument(
         "--train-dtype", default="bf16", help="bf16: train under bf16 autocast (about 1.6x faster here), or fp32."
@@ -222,6 +228,7 @@ def openqa_model(args, bert: str, seed: int):
         max_block_length=args.max_block_length,
         span_hidden_size=256,
         max_span_width=10,
+        **({"retriever_pooling": args.pooling} if args.pooling != "auto" else {}),
     )
     model.add_document_embedder()
     # Only the upper layers and heads train: halves a CPU step, and lets a corpus refresh fit the budget.

@@ -51,6 +51,12 @@ def parse_args(argv=None):
     parser.add_argument("--num-candidates", type=int, default=4, help="Blocks per input, null document included.")
     parser.add_argument("--retriever-proj-size", type=int, default=128)
     parser.add_argument("--shared-embedder", action="store_true", help="One embedder for queries and blocks.")
+    parser.add_argument(
+        "--pooling",
+        choices=("auto", "cls", "mean"),
+        default="auto",
+        help="Embedders' pooling: auto = the start checkpoint's own (mean for MiniLM); cls = REALM's [CLS] pooler.",
+    )
     parser.add_argument("--ict-steps", type=int, default=20)
     parser.add_argument("--ict-batch-size", type=int, default=8)
     parser.add_argument("--ict-learning-rate", type=float, default=1e-4)
@@ -180,6 +186,8 @@ def config_overrides(args) -> dict:
         "share_query_document_embedder": args.shared_embedder,
         "max_block_length": args.max_block_length,
         "max_joint_length": args.max_input_length + args.max_block_length,
+        # "auto": the pooling the checkpoint was trained with (mean for sentence encoders, see realm_config_from_bert).
+        **({"retriever_pooling": args.pooling} if getattr(args, "pooling", "auto") != "auto" else {}),
     }
 
 

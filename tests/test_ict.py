@@ -183,3 +183,25 @@ def test_ict_with_trainer(tokenizer, tmp_path):
     trainer = Trainer(model=model, args=args, train_dataset=BLOCKS, data_collator=collator)
     assert trainer.train().global_step == 2
     assert "eval_loss" in trainer.evaluate(eval_dataset=BLOCKS[:4])
+
+
+@pytest.mark.parametrize("source", ["model", "exported"])
+def test_pretraining_takes_the_pooling_its_ict_embedders_were_trained_with(tokenizer, tmp_path, source):
+    torch.manual_seed(0)
+    ict = RealmForInverseClozeTask(
+        tiny_config(tokenizer, share_query_document_embedder=False, retriever_pooling="mean")
+    ).eval()
+    model = RealmForPreTraining(tiny_config(tokenizer, share_query_document_embedder=False))
+    assert model.config.retriever_pooling == "cls"
+    if source == "exported":
+        ict.export_embedders(tmp_path / "ict")
+        model.load_ict_embedders(tmp_path / "ict")
+    else:
+        model.load_ict_embedders(ict)
+    model.eval()
+    ids = torch.tensor([[2, 5, 6, 7, 3]])
+    with torch.no_grad():
+        for name in ("embedder", "query_embedder"):
+            assert getattr(model, name).config.retriever_pooling == "mean"
+            # The same vectors as in ICT, which they would not be under [CLS] pooling.
+            assert torch.allclose(getattr(model, name)(ids).projected_score, getattr(ict, name)(ids).projected_score)

@@ -64,6 +64,11 @@ class RealmConfig(PreTrainedConfig):
             `searcher_beam_size` (REALM back-propagates into the document embedder through 8 candidates in
             pre-training). Defaults to `reader_beam_size`; a value of at least `searcher_beam_size` re-embeds the
             whole beam, and `0` none (the loss then does not reach the document embedder).
+        retriever_pooling (`str`, *optional*, defaults to `"cls"`):
+            How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
+            output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
+            pooling sentence encoders such as all-MiniLM-L6-v2 were trained with ([`init_from_bert`] picks it when
+            the checkpoint's sentence-transformers pooling config says so). Legacy checkpoints use `"cls"`.
 
     Example:
 
@@ -147,6 +152,13 @@ class RealmConfig(PreTrainedConfig):
                 f"{document_gradient_beam_size!r}."
             )
         self.document_gradient_beam_size = document_gradient_beam_size
+        retriever_pooling = kwargs.pop("retriever_pooling", "cls")
+        if retriever_pooling not in RETRIEVER_POOLING_MODES:
+            raise ValueError(
+                f"`retriever_pooling` must be one of {', '.join(map(repr, RETRIEVER_POOLING_MODES))}, got "
+                f"{retriever_pooling!r}."
+            )
+        self.retriever_pooling = retriever_pooling
 
         # Fields transformers 5's BERT blocks read; the base config no longer carries them. REALM's encoders are
         # always bidirectional encoders without cross-attention or a KV cache.
@@ -185,6 +197,9 @@ class RealmConfig(PreTrainedConfig):
             )
         return config_dict, kwargs
 
+
+# "cls": REALM's pooler output on [CLS]; "mean": masked mean of the last hidden states (sentence-transformers).
+RETRIEVER_POOLING_MODES = ("cls", "mean")
 
 # Checkpoints `init_from_bert` can start REALM from (BERT layout: `embeddings`, `encoder.layer.N`, WordPiece).
 _BERT_FAMILY = {"bert"}

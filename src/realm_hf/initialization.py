@@ -56,6 +56,10 @@ def realm_config_from_bert(bert_dir: str | os.PathLike, **overrides) -> RealmCon
             Any [`RealmConfig`] field (e.g. `retriever_proj_size=128`, `num_candidates=8`,
             `share_query_document_embedder=False`); they win over the BERT values.
 
+    A sentence-transformers checkpoint (a `modules.json` naming a `Pooling` module) sets `retriever_pooling` to the
+    pooling it was trained with (`"mean"` for all-MiniLM-L6-v2), since its [CLS] vector was never trained as a
+    sentence embedding; pass `retriever_pooling="cls"` for REALM's own pooling.
+
     Returns:
         [`RealmConfig`]
 
@@ -73,8 +77,52 @@ def realm_config_from_bert(bert_dir: str | os.PathLike, **overrides) -> RealmCon
     kwargs = {field: bert[field] for field in _BERT_CONFIG_FIELDS if field in bert}
     # BERT pads with id 0; RealmConfig's legacy default (1) would make the padding row a real token.
     kwargs.setdefault("pad_token_id", 0)
+    pooling = sentence_transformers_pooling(bert_dir)
+    if pooling is not None and "retriever_pooling" not in overrides:
+        logger.info(
+            "%s is a sentence encoder trained with %s pooling: the REALM embedders pool the same way.",
+            bert_dir,
+            pooling,
+        )
+        kwargs["retriever_pooling"] = pooling
     kwargs.update(overrides)
     return RealmConfig(**kwargs)
+
+
+def sentence_transformers_pooling(model_dir: str | os.PathLike) -> str | None:
+    """
+    The `retriever_pooling` matching a sentence-transformers checkpoint's `Pooling` module (`"mean"` or `"cls"`), or
+    `None` when `model_dir` is not a sentence-transformers checkpoint. Other poolings (max, weighted, ...) have no
+    REALM equivalent: a warning says so and `None` keeps REALM's [CLS] pooling.
+    """
+    modules_file = os.path.join(str(model_dir), "modules.json")
+    if not os.path.isfile(modules_file):
+        return None
+    try:
+        with open(modules_file, encoding="utf-8") as f:
+            modules = json.load(f)
+        pooling_dir = next(m.get("path", "") for m in modules if str(m.get("type", "")).endswith("models.Pooling"))
+        with open(os.path.join(str(model_dir), pooling_dir, "config.json"), encoding="utf-8") as f:
+            pooling = json.load(f)
+    except (OSError, ValueError, StopIteration, TypeError, AttributeError):
+        logger.warning(
+            "%s has a modules.json but no readable Pooling config: keeping REALM's [CLS] pooling.", model_dir
+        )
+        return None
+    modes = [
+        key[len("pooling_mode_") :] for key, value in pooling.items() if key.startswith("pooling_mode_") and value
+    ]
+    if modes == ["mean_tokens"]:
+        return "mean"
+    if modes == ["cls_token"]:
+        return "cls"
+    logger.warning(
+        "%s was trained with %s pooling, which REALM's embedders do not offer: keeping REALM's [CLS] pooling "
+        "(pass retriever_pooling='mean' or 'cls' to choose).",
+        model_dir,
+        " + ".join(modes) or "no",
+    )
+    return None
 
 
 def load_bert_state_dict(bert_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -162,12 +210,13 @@ def init_from_bert(
     <Tip>
 
     REALM embeds a text with the [CLS] token's pooler output (dense + tanh) followed by the projection. Sentence
-    encoders such as all-MiniLM-L6-v2 were trained with *mean* pooling: their pooler weights are copied (they are
-    in the checkpoint, from MiniLM's own pre-training) but their [CLS] vector was never trained as a sentence
-    embedding, and the projection is new. So a MiniLM-initialised embedder starts with good token representations
-    but a near-random retrieval space: warm it up with the Inverse Cloze Task ([`RealmForInverseClozeTask`]) before
-    REALM pre-training, as the paper does. MiniLM also ships no masked-LM head: the knowledge-augmented encoder's
-    head transform starts fresh (its decoder is tied to the copied word embeddings).
+    encoders such as all-MiniLM-L6-v2 were trained with *mean* pooling and their [CLS] vector never as a sentence
+    embedding, so a model built from such a checkpoint by class pools the same way (`retriever_pooling="mean"`, read
+    from its sentence-transformers `modules.json`; see [`realm_config_from_bert`]). The retrieval projection is new
+    either way, so the embedder starts with good text representations but an untrained retrieval space: warm it up
+    with the Inverse Cloze Task ([`RealmForInverseClozeTask`]) before REALM pre-training, as the paper does. MiniLM
+    also ships no masked-LM head: the knowledge-augmented encoder's head transform starts fresh (its decoder is tied
+    to the copied word embeddings).
 
     </Tip>
 

@@ -12,7 +12,7 @@ from .modeling_outputs import RealmEmbedderOutput, RealmScorerOutput
 
 
 class RealmScorerProjection(nn.Module):
-    """Projection of the [CLS] pooler output to the retrieval space (`dense` + `LayerNorm`)."""
+    """Projection of the pooled text vector to the retrieval space (`dense` + `LayerNorm`)."""
 
     def __init__(self, config):
         super().__init__()
@@ -29,7 +29,8 @@ class RealmScorerProjection(nn.Module):
 class RealmEmbedder(RealmPreTrainedModel):
     r"""
     The REALM embedder (used both as the query embedder and as the document embedder): a BERT encoder whose [CLS]
-    pooler output is projected to `config.retriever_proj_size` dimensions. Relevance of a document `z` to an input
+    pooler output (or mean-pooled last hidden state, `config.retriever_pooling="mean"`) is projected to
+    `config.retriever_proj_size` dimensions. Relevance of a document `z` to an input
     `x` is the inner product of their embeddings.
 
     Example:
@@ -81,7 +82,17 @@ class RealmEmbedder(RealmPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **_encoder_kwargs(output_attentions, output_hidden_states),
         )
-        projected_score = self.cls(outputs.pooler_output)
+        if self.config.retriever_pooling == "mean":
+            # Sentence encoders' own pooling: their [CLS] vector was never trained as a sentence embedding.
+            hidden = outputs.last_hidden_state
+            if attention_mask is None:
+                pooled = hidden.mean(dim=1)
+            else:
+                mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
+                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        else:
+            pooled = outputs.pooler_output
+        projected_score = self.cls(pooled)
         if not return_dict:
             return tuple(v for v in (projected_score, outputs.hidden_states, outputs.attentions) if v is not None)
         return RealmEmbedderOutput(

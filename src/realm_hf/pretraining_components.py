@@ -101,7 +101,8 @@ class RealmPreTrainingCheckpointsMixin:
         was saved to, or a directory written by its `export_embedders`), as REALM does before pre-training.
 
         With a shared embedder here and separate ICT embedders, the ICT *document* embedder is used (it is the one
-        that builds the index), with a warning.
+        that builds the index), with a warning. The embedders' `retriever_pooling` becomes the ICT model's, since
+        the weights were trained with it.
         """
         from .training.ict import RealmForInverseClozeTask  # deferred: training builds on the models
 
@@ -116,6 +117,12 @@ class RealmPreTrainingCheckpointsMixin:
                 document, query = ict.embedder, ict.query_embedder
         else:
             document, query = ict_model_or_path.embedder, ict_model_or_path.query_embedder
+        pooling = document.config.retriever_pooling
+        if pooling != self.config.retriever_pooling:
+            # The weights only mean what ICT taught them under the pooling it trained them with.
+            logger.info("Taking the ICT embedders' retriever_pooling=%r with their weights.", pooling)
+            for config in {id(m.config): m.config for m in self.modules() if hasattr(m, "config")}.values():
+                config.retriever_pooling = pooling
         self.embedder.load_state_dict(document.state_dict())
         if not self.shares_query_document_embedder:
             self.query_embedder.load_state_dict(query.state_dict())
