@@ -187,9 +187,15 @@ def test_pretraining_save_replaces_the_trainer_draft_card_and_keeps_user_text(to
     assert (tmp_path / "README.md").read_text() == "mine\n"
 
 
-def test_ict_save_pretrained_writes_the_ict_card(tokenizer, tmp_path):
+def test_ict_save_pretrained_and_push_to_hub_write_the_ict_card(tokenizer, tmp_path, local_hub):  # noqa: F811
     model = RealmForInverseClozeTask(ict_config(tokenizer))
     model.save_pretrained(tmp_path)
     metadata = parse_card_metadata((tmp_path / "README.md").read_text())
     assert metadata["library_name"] == "realm-hf" and metadata["pipeline_tag"] == "feature-extraction"
     assert RealmForInverseClozeTask.from_pretrained(tmp_path).config.hidden_size == 32
+    # transformers' own model push_to_hub would upload a generic `library_name: transformers` card.
+    model.push_to_hub("realm-test/pushed-ict", tokenizer=tokenizer)
+    stored = local_hub.files("realm-test/pushed-ict")
+    metadata = parse_card_metadata(local_hub.content(stored["README.md"]).decode())
+    assert metadata["library_name"] == "realm-hf" and metadata["pipeline_tag"] == "feature-extraction"
+    assert {"model.safetensors", "config.json", "tokenizer_config.json"} <= set(stored)

@@ -289,7 +289,7 @@ def push_to_hub(
     endpoint: str | None = None,
 ):
     r"""
-    Push a [`RealmForOpenQA`] (or a [`RealmForPreTraining`]) to one Hub repo: weights, config, tokenizer, corpus +
+    Push a [`RealmForOpenQA`] (or a [`RealmForPreTraining`], [`RealmForInverseClozeTask`]) to one Hub repo: weights, config, tokenizer, corpus +
     FAISS index + manifest under `retriever/`, and a generated model card that keeps the hand-written parts of the
     repo's current README.
 

@@ -247,7 +247,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
-    def save_pretrained(self, save_directory, *args, model_card: bool = True, **kwargs):
+    def save_pretrained(self, save_directory, *args, model_card: bool = True, save_retriever: bool = False, **kwargs):
         r"""
         Save weights and config all at once or not at all (see [`RealmPreTrainedModel.save_pretrained`]), with
         realm-hf's model card (an ICT warm-start card).
@@ -255,9 +255,20 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         Args:
             model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
                 written by hand in an existing card is kept, and transformers' draft Trainer card is replaced.
+            save_retriever (`bool`, *optional*, defaults to `False`): Accepted as the other REALM models take it (an
+                ICT model has no retriever), so that [`realm_hf.hub.push_to_hub`] saves it like them.
         """
         write_card = self._card_writer(save_directory) if model_card else None
         self._save_directory(save_directory, args, kwargs, write_extra=write_card)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        r"""
+        Push weights, config, tokenizer (`tokenizer=`) and realm-hf's ICT model card to a Hub repo (transformers' own
+        `push_to_hub` would replace the card with a generic one). See [`realm_hf.hub.push_to_hub`] for the arguments.
+        """
+        from ..hub import push_to_hub  # local import, as in RealmForOpenQA.push_to_hub: needed only to push
+
+        return push_to_hub(self, repo_id, **kwargs)
 
     def export_embedders(self, save_directory: str | os.PathLike, **save_kwargs) -> dict[str, str]:
         r"""
