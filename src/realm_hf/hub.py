@@ -289,14 +289,15 @@ def push_to_hub(
     endpoint: str | None = None,
 ):
     r"""
-    Push a [`RealmForOpenQA`] to one Hub repo: weights, config, tokenizer, corpus + FAISS index + manifest under
-    `retriever/`, and a generated model card that keeps the hand-written parts of the repo's current README.
+    Push a [`RealmForOpenQA`] (or a [`RealmForPreTraining`], [`RealmForInverseClozeTask`]) to one Hub repo: weights, config, tokenizer, corpus +
+    FAISS index + manifest under `retriever/`, and a generated model card that keeps the hand-written parts of the
+    repo's current README.
 
     Differs from transformers' `PushToHubMixin.push_to_hub`, which (in transformers 5) overwrites the README written by
     `save_pretrained` with a generic card and uploads folders only one level deep.
 
     Args:
-        model ([`RealmForOpenQA`]): The model, with its retriever attached.
+        model ([`RealmForOpenQA`] or [`RealmForPreTraining`]): The model, with its retriever attached.
         repo_id (`str`): Target repo (created if needed).
         tokenizer (*optional*): Tokenizer to save at the repo root; defaults to the retriever's.
         commit_message, commit_description, private, token, revision, create_pr, max_shard_size: As in

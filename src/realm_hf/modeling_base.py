@@ -118,6 +118,25 @@ class RealmPreTrainedModel(PreTrainedModel):
         if retriever is not None:
             track_saved_index(retriever, retriever_dir)
 
+    def _card_writer(self, save_directory, retriever=None):
+        """
+        The `write_extra` of [`~RealmPreTrainedModel._save_directory`] that writes realm-hf's model card into the
+        staging folder, from the README now in `save_directory`: its hand-written text is kept, and transformers'
+        draft Trainer card there is replaced (see `realm_hf/modelcard`).
+        """
+        from .modelcard import write_model_card  # local import: the card code is needed only when a card is saved
+
+        readme = os.path.join(os.fspath(save_directory), "README.md")
+
+        def write_card(folder):
+            existing = None
+            if os.path.isfile(readme):
+                with open(readme, encoding="utf-8") as f:
+                    existing = f.read()
+            write_model_card(folder, model=self, retriever=retriever, existing_readme=existing)
+
+        return write_card
+
     @staticmethod
     def _flatten_inputs(*inputs):
         """Flatten `(batch, num_candidates, seq)` tensors to `(batch * num_candidates, seq)`."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import torch
@@ -165,19 +164,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
             self.config.num_block_records = len(self.retriever)
         retriever = self.retriever if save_retriever else None
-        write_card = None
-        if model_card:
-            from .modelcard import write_model_card
-
-            readme = os.path.join(os.fspath(save_directory), "README.md")
-
-            def write_card(folder):
-                existing = None
-                if os.path.isfile(readme):
-                    with open(readme, encoding="utf-8") as f:
-                        existing = f.read()
-                write_model_card(folder, model=self, retriever=retriever, existing_readme=existing)
-
+        write_card = self._card_writer(save_directory, retriever) if model_card else None
         self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
 
     def push_to_hub(self, repo_id: str, **kwargs):

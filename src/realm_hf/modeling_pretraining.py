@@ -73,6 +73,8 @@ class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMi
     ```"""
 
     main_input_name = "input_ids"
+    # What its model card describes (realm_hf/modelcard/tasks.py).
+    model_card_task = "pretraining"
 
     def __init__(self, config: RealmConfig, retriever=None, tokenizer=None):
         super().__init__(config)

@@ -199,16 +199,31 @@ class RealmPreTrainingCheckpointsMixin:
         model.tokenizer = tokenizer
         return model
 
-    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, **kwargs):
+    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
         r"""
         Save weights and config as usual (a normal transformers directory: `embedder.*`, `query_embedder.*` when
-        separate, `encoder.*`) and, when a retriever is attached, its corpus and index in `retriever/`; all at once
-        or not at all, as [`RealmForOpenQA.save_pretrained`] does.
+        separate, `encoder.*`), when a retriever is attached its corpus and index in `retriever/`, and realm-hf's
+        model card; all at once or not at all, as [`RealmForOpenQA.save_pretrained`] does.
 
         Args:
             save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
+            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card (a REALM
+                pre-training card); text written by hand in an existing card is kept, and transformers' draft
+                Trainer card is replaced.
         """
-        self._save_directory(save_directory, args, kwargs, retriever=self.retriever if save_retriever else None)
+        retriever = self.retriever if save_retriever else None
+        write_card = self._card_writer(save_directory, retriever) if model_card else None
+        self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        r"""
+        Push weights, config, tokenizer, the corpus + FAISS index (`retriever/`) and realm-hf's pre-training model
+        card to one Hub repo (transformers' own `push_to_hub` would replace the card with a generic one). See
+        [`realm_hf.hub.push_to_hub`] for the arguments (e.g. `tokenizer=`, `private=`, `revision=`).
+        """
+        from .hub import push_to_hub  # local import, as in RealmForOpenQA.push_to_hub: needed only to push
+
+        return push_to_hub(self, repo_id, **kwargs)
 
     def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
         r"""

@@ -6,7 +6,9 @@ tags, and license, language, datasets, base model only when known), evaluation r
 (`model-index`), and a body rendered from the templates in `realm_hf/templates/` (the model card template is
 documented as `model_cards/README_TEMPLATE.md` in the repository) with a generated block between
 `<!-- realm-hf:auto-start ... -->` and `<!-- realm-hf:auto-end -->`. Every writer uses it: `save_pretrained`, the Hub
-push, the CLI and `RealmOpenQATrainer.create_model_card`. See docs/hub.md.
+push, the CLI and the Trainers' `create_model_card` (`RealmOpenQATrainer`, `RealmPreTrainingTrainer`,
+`RealmICTTrainer`). The card describes what the model is (`tasks.py`: Open-QA, REALM pre-training or the ICT warm
+start, from the model's class). See docs/hub.md.
 
 Regenerating a card keeps what people wrote (`handwritten.py`): text outside the generated block stays where it is,
 and metadata keys that were added or edited by hand win over generated ones. The start marker records a short hash of
@@ -15,7 +17,7 @@ later save does not provide (evaluation results, training settings) is carried o
 than dropped. transformers' draft Trainer card is recognised as generated, not hand-written, and replaced.
 
 Modules: `cards.py` (generate and write), `metadata.py` (card data, evaluation results), `sections.py` (the Markdown
-sections), `handwritten.py` (keeping what people wrote).
+sections), `tasks.py` (what each kind of model's card says), `handwritten.py` (keeping what people wrote).
 """
 
 from .cards import (

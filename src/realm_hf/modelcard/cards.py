@@ -16,7 +16,6 @@ from ..file_utils import atomic_write_text
 from .handwritten import merge_metadata, parse_card, restore_handwritten
 from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
 from .sections import (
-    DESCRIPTION,
     DESCRIPTION_ONE_REPO,
     corpus_info,
     corpus_section,
@@ -26,12 +25,21 @@ from .sections import (
     usage_section,
     versions_section,
 )
+from .tasks import ICT, OPEN_QA, card_task
 
 logger = logging.getLogger(__name__)
 
 #: Model id used in the usage snippet when none is known; replace it with a repo id or local path.
 USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"
 DEFAULT_EXAMPLE_QUESTION = "What is a compiler?"
+DESCRIPTION_CORPUS_SAVED = (
+    " The corpus it retrieves from and its index are part of this repository (`retriever/`): "
+    "`from_pretrained` of a local copy (e.g. from `huggingface_hub.snapshot_download`) attaches them."
+)
+ICT_CORPUS = (
+    "_No corpus is saved with an ICT model:_ the Inverse Cloze Task trains on text blocks, each batch's other blocks "
+    "being the negatives. Its document embedder (`embedder`) builds the first index of REALM pre-training."
+)
 _TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
 
@@ -54,12 +62,16 @@ def generate_model_card(
     corpus_source: str | None = None,
     description: str | None = None,
     retriever_manifest: Mapping | None = None,
+    task: str | None = None,
+    training_setup: Mapping[str, Any] | None = None,
+    training_results: Mapping[str, Any] | None = None,
 ) -> str:
     r"""
     Render the model card (README.md text) of a REALM model.
 
     Args:
-        model ([`RealmForOpenQA`], *optional*): The model (architecture details come from its config).
+        model ([`RealmForOpenQA`], [`RealmForPreTraining`] or [`RealmForInverseClozeTask`], *optional*): The model
+            (architecture details come from its config, the task the card describes from its class).
         retriever ([`RealmRetriever`], *optional*): Its corpus + index; defaults to `model.retriever`.
         eval_results (`dict` or `list[dict]`, *optional*): Evaluation results. Either a flat dict of metrics
             (`{"exact_match": 40.4, "f1": 46.1, "recall@5": 61.0}`, as `compute_qa_metrics`/`recall_at_k` return;
@@ -83,17 +95,24 @@ def generate_model_card(
         description (`str`, *optional*): Replaces the generic description paragraph.
         retriever_manifest (`dict`, *optional*): The saved `retriever_manifest.json` (adds file sizes and format);
             [`write_model_card`] reads it from the directory.
+        task (`str`, *optional*): What the model is: `"open-qa"`, `"pretraining"` (REALM pre-training) or `"ict"`
+            (the Inverse Cloze Task warm start); default: the model's `model_card_task`, else `"open-qa"`. Sets the
+            pipeline tag, default tags, description, details, usage snippet and the names of the results.
+        training_setup (`dict`, *optional*): The recipe, `{label: value}` (e.g. the masking), listed with the
+            training settings.
+        training_results (`dict`, *optional*): Training results, `{label: value}` (e.g. the final training loss).
 
     Returns:
         `str`: The README.md text (a `huggingface_hub.ModelCard` rendered to text).
     """
+    kind = card_task(model, task)
     if retriever is None and model is not None:
         retriever = getattr(model, "retriever", None)
     previous = parse_card(existing_readme) if existing_readme else None
     model_id = model_id or USAGE_MODEL_PLACEHOLDER
     model_name = model_name or model_id.rstrip("/").split("/")[-1] or "realm-model"
     datasets = as_list(datasets)
-    results = normalize_eval_results(eval_results, eval_dataset, datasets)
+    results = normalize_eval_results(eval_results, eval_dataset, datasets, kind)
 
     if previous is not None and previous.inherited_tags:
         tags = list(tags or []) + previous.inherited_tags
@@ -105,23 +124,33 @@ def generate_model_card(
         tags=tags,
         datasets=datasets,
         base_model=base_model,
+        task=kind,
     )
 
     reference = getattr(getattr(model, "config", None), "retriever_repo_id", None)
     has_corpus = retriever is not None or bool(retriever_manifest)
+    if description is None:
+        description = kind.description
+        if has_corpus:
+            description += DESCRIPTION_ONE_REPO if kind is OPEN_QA else DESCRIPTION_CORPUS_SAVED
+    if kind is ICT and not has_corpus:
+        corpus = ICT_CORPUS
+    else:
+        corpus = corpus_section(retriever, corpus_source, retriever_manifest, reference)
     sections = {
         "model_name": model_name,
-        "description": description or (DESCRIPTION + (DESCRIPTION_ONE_REPO if has_corpus else "")),
-        "model_details": model_details(model),
-        "corpus": corpus_section(retriever, corpus_source, retriever_manifest, reference),
-        "usage": usage_section(model_id, example_question),
-        "training": training_section(training_args),
-        "evaluation": evaluation_section(results),
+        "description": description,
+        "model_details": model_details(model, kind),
+        "corpus": corpus,
+        "usage": usage_section(model_id, example_question, kind),
+        "training": training_section(training_args, training_setup, training_results),
+        "evaluation": evaluation_section(results, kind),
         "versions": versions_section(),
     }
     if previous is not None:
         # Keep earlier training/evaluation details when this save has none (e.g. re-saving after evaluation).
-        if training_args is None and previous.sections.get("Training"):
+        trained = training_args is not None or training_setup or training_results
+        if not trained and previous.sections.get("Training"):
             sections["training"] = previous.sections["Training"]
         if not results and previous.sections.get("Evaluation"):
             sections["evaluation"] = previous.sections["Evaluation"]

@@ -10,19 +10,23 @@ from collections.abc import Mapping
 
 from huggingface_hub import DatasetCardData, EvalResult, ModelCardData
 
-DEFAULT_TAGS = ["realm", "retrieval-augmented", "open-domain-qa", "question-answering", "faiss"]
+from .tasks import OPEN_QA, CardTask
+
+DEFAULT_TAGS = list(OPEN_QA.tags)
 CORPUS_TAGS = ["realm", "retrieval", "faiss", "knowledge-corpus"]
 # Keys of evaluation dicts (e.g. from `Trainer.evaluate` or `compute_qa_metrics`) that are not quality metrics.
 NON_METRIC_KEYS = {"total", "epoch", "loss", "runtime", "samples_per_second", "steps_per_second", "step"}
-QA_TASK = {"type": "question-answering", "name": "Open-domain question answering"}
+QA_TASK = OPEN_QA.eval_task
 
 
-def normalize_eval_results(eval_results, eval_dataset, datasets) -> list[dict]:
+def normalize_eval_results(eval_results, eval_dataset, datasets, task: CardTask = OPEN_QA) -> list[dict]:
     """
     Evaluation results as `[{"dataset": {...} or None, "metrics": {name: float}}]`: `eval_` prefixes dropped, counts,
-    runtimes and losses skipped. A flat dict is described by `eval_dataset`, else by the first training dataset; with
-    neither, its dataset is `None` (unknown: shown in the card's table, left out of `model-index`).
+    runtimes and losses skipped (the loss is kept for a task whose result it is: pre-training, ICT). A flat dict is
+    described by `eval_dataset`, else by the first training dataset; with neither, its dataset is `None` (unknown:
+    shown in the card's table, left out of `model-index`).
     """
+    skipped = NON_METRIC_KEYS - {"loss"} if task.loss_name else NON_METRIC_KEYS
     if not eval_results:
         return []
     if isinstance(eval_results, Mapping):
@@ -45,7 +49,7 @@ def normalize_eval_results(eval_results, eval_dataset, datasets) -> list[dict]:
         metrics = {}
         for key, value in entry["metrics"].items():
             key = key[len("eval_") :] if key.startswith("eval_") else key
-            if key in NON_METRIC_KEYS or key.endswith("_count") or isinstance(value, bool):
+            if key in skipped or key.endswith("_count") or isinstance(value, bool):
                 continue
             if isinstance(value, (int, float)):
                 metrics[key] = float(value)
@@ -54,7 +58,7 @@ def normalize_eval_results(eval_results, eval_dataset, datasets) -> list[dict]:
     return results
 
 
-def eval_result_entries(results: list[dict]) -> list[EvalResult]:
+def eval_result_entries(results: list[dict], task: CardTask = OPEN_QA) -> list[EvalResult]:
     """One `EvalResult` per metric of each result whose dataset is known (the Hub needs its type and name)."""
     entries = []
     for result in results:
@@ -64,8 +68,8 @@ def eval_result_entries(results: list[dict]) -> list[EvalResult]:
         for metric, value in result["metrics"].items():
             entries.append(
                 EvalResult(
-                    task_type=QA_TASK["type"],
-                    task_name=QA_TASK["name"],
+                    task_type=task.eval_task["type"],
+                    task_name=task.eval_task["name"],
                     dataset_type=str(dataset["type"]),
                     dataset_name=str(dataset["name"]),
                     dataset_config=dataset.get("config"),
@@ -73,7 +77,7 @@ def eval_result_entries(results: list[dict]) -> list[EvalResult]:
                     dataset_revision=dataset.get("revision"),
                     metric_type=metric,
                     metric_value=round(value, 4),
-                    metric_name=metric_name(metric),
+                    metric_name=metric_name(metric, task),
                 )
             )
     return entries
@@ -88,15 +92,16 @@ def model_card_data(
     tags=None,
     datasets=None,
     base_model=None,
+    task: CardTask = OPEN_QA,
 ) -> ModelCardData:
     """The metadata of a REALM model card; `license`, `datasets`, `language`, `base_model` only when given."""
-    entries = eval_result_entries(results)
+    entries = eval_result_entries(results, task)
     return ModelCardData(
         library_name="realm-hf",
-        pipeline_tag="question-answering",
+        pipeline_tag=task.pipeline_tag,
         license=license or None,
         language=as_list(language) or None,
-        tags=unique(DEFAULT_TAGS + list(tags or [])),
+        tags=unique(list(task.tags) + list(tags or [])),
         datasets=as_list(datasets) or None,
         base_model=(base_model if isinstance(base_model, str) else list(base_model)) if base_model else None,
         model_name=model_name if entries else None,
@@ -119,8 +124,8 @@ def corpus_card_data(
     )
 
 
-def metric_name(metric: str) -> str:
-    names = {"exact_match": "Exact Match", "f1": "F1"}
+def metric_name(metric: str, task: CardTask = OPEN_QA) -> str:
+    names = {"exact_match": "Exact Match", "f1": "F1", "loss": task.loss_name or "Loss"}
     if metric in names:
         return names[metric]
     match = re.fullmatch(r"(answer_)?recall@(\d+)", metric)

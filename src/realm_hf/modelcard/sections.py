@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..constants import RETRIEVER_SUBFOLDER
 from .metadata import metric_name
+from .tasks import OPEN_QA, CardTask, detail_rows, usage_text
 
 TRAINING_KEYS = (
     "learning_rate",
@@ -74,36 +74,17 @@ def corpus_info(retriever=None, manifest: Mapping | None = None) -> dict:
     return facts
 
 
-DESCRIPTION = (
-    "A [REALM](https://arxiv.org/abs/2002.08909) (Retrieval-Augmented Language Model, Guu et al. 2020) open-domain "
-    "question-answering model for [realm-hf](https://pypi.org/project/realm-hf/). A question is embedded by the "
-    "question embedder, the most relevant text blocks are found by maximum inner-product search in a FAISS index over "
-    "the knowledge corpus, and the reader extracts the answer span from the retrieved blocks. The answer's score is "
-    "the span logit plus the retrieval score of its block, and every answer comes with the block it was read from."
-)
+DESCRIPTION = OPEN_QA.description
 DESCRIPTION_ONE_REPO = (
     " The corpus and its index are part of this repository (`retriever/`), so the model answers questions right "
     "after loading."
 )
 
 
-def model_details(model) -> str:
+def model_details(model, task: CardTask = OPEN_QA) -> str:
     if model is None:
         return "_No model details recorded._"
-    config = model.config
-    rows = [
-        ("Architecture", type(model).__name__),
-        (
-            "Encoder",
-            f"BERT, {config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
-            f"{config.num_attention_heads} attention heads",
-        ),
-        ("Retrieval embedding size", config.retriever_proj_size),
-        ("Blocks read per question", config.reader_beam_size),
-        ("Longest answer (wordpieces)", config.max_span_width),
-        ("Reader input length", config.reader_seq_len),
-        ("Vocabulary size", config.vocab_size),
-    ]
+    rows = detail_rows(model, task)
     try:
         rows.append(("Parameters", f"{model.num_parameters():,}"))
     except Exception:  # noqa: BLE001 - a card must not fail on a detail
@@ -151,26 +132,29 @@ def corpus_section(
     )
 
 
-def usage_section(model_id: str, question: str) -> str:
-    return (
-        "Install with `pip install realm-hf`, then:\n\n"
-        "```python\n"
-        "import realm_hf\n\n"
-        f'qa = realm_hf.pipeline("question-answering", model={json.dumps(model_id)})\n'
-        f"answer = qa({json.dumps(question)})\n"
-        'print(answer["answer"], answer["score"], answer["block"]["title"])\n\n'
-        "# Several answers, each with the block it was read from:\n"
-        f"for candidate in qa({json.dumps(question)}, top_k=3):\n"
-        '    print(candidate["answer"], candidate["block"]["id"])\n'
-        "```\n\n"
-        '`transformers.pipeline("realm-question-answering", model=...)` works too once `realm_hf` is imported; '
-        "`RealmForOpenQA.from_pretrained(...)` gives the model with its corpus and index."
-    )
+def usage_section(model_id: str, question: str, task: CardTask = OPEN_QA) -> str:
+    return usage_text(task, model_id, question)
 
 
-def training_section(training_args) -> str:
-    if training_args is None:
-        return "_No training settings were recorded with this save._"
+def training_section(
+    training_args, setup: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None
+) -> str:
+    """
+    The training settings: `setup` (the recipe: masking, null document, ... as `{label: value}`), the
+    `TrainingArguments` (or a dict) actually used, and `results` (e.g. the final training loss, `{label: value}`).
+    """
+    parts = []
+    if setup:
+        parts.append(table(("Recipe", "Value"), [(key, format_value(value)) for key, value in setup.items()]))
+    arguments = _arguments_table(training_args) if training_args is not None else None
+    if arguments:
+        parts.append(arguments)
+    if results:
+        parts.append(table(("Result", "Value"), [(key, format_value(value)) for key, value in results.items()]))
+    return "\n\n".join(parts) if parts else "_No training settings were recorded with this save._"
+
+
+def _arguments_table(training_args) -> str | None:
     if hasattr(training_args, "to_dict"):
         values = training_args.to_dict()
         values = {key: values[key] for key in TRAINING_KEYS if values.get(key) not in (None, "", -1)}
@@ -181,22 +165,20 @@ def training_section(training_args) -> str:
     else:
         raise TypeError(f"`training_args` must be a TrainingArguments or a dict, got {type(training_args).__name__}.")
     rows = [(key, format_value(value)) for key, value in values.items() if not isinstance(value, (dict, list))]
-    return table(("Setting", "Value"), rows) if rows else "_No training settings were recorded with this save._"
+    return table(("Setting", "Value"), rows) if rows else None
 
 
-def evaluation_section(results: list[dict]) -> str:
+def evaluation_section(results: list[dict], task: CardTask = OPEN_QA) -> str:
     if not results:
         return "_No evaluation results were recorded with this save._"
     rows = []
     for result in results:
         dataset = result["dataset"] or {"name": "(not named)"}
         for metric, value in result["metrics"].items():
-            rows.append((dataset.get("name", ""), dataset.get("split", ""), metric_name(metric), format_value(value)))
-    text = (
-        table(("Dataset", "Split", "Metric", "Value"), rows)
-        + "\n\nExact match and F1 use the SQuAD answer normalisation; recall@k is the share of questions with a gold "
-        "block (or answer) among the top k retrieved blocks."
-    )
+            rows.append(
+                (dataset.get("name", ""), dataset.get("split", ""), metric_name(metric, task), format_value(value))
+            )
+    text = table(("Dataset", "Split", "Metric", "Value"), rows) + "\n\n" + task.evaluation_note
     if any(result["dataset"] is None for result in results):
         text += (
             " Results on a set that was not named are not in the `model-index` metadata: name it (`eval_dataset=` of "

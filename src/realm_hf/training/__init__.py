@@ -1,17 +1,25 @@
-"""Training utilities for REALM: collators, the re-index callback, the Open-QA trainer and the ICT warm start."""
+"""
+Training utilities for REALM: collators, the re-index callback, the Trainers (Open-QA, pre-training, ICT warm start;
+each writes realm-hf's model card) and the ICT warm start.
+"""
 
 from .callbacks import RealmReindexCallback
-from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask
+from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
+from .model_card import RealmModelCardMixin
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
 from .optimization import freeze_lower_layers, two_rate_adamw
+from .pretraining import RealmPreTrainingTrainer
 
 __all__ = [
     "DataCollatorForInverseClozeTask",
     "DataCollatorForOpenQA",
     "DataCollatorForSalientSpanMasking",
     "RealmForInverseClozeTask",
+    "RealmICTTrainer",
+    "RealmModelCardMixin",
     "RealmOpenQATrainer",
+    "RealmPreTrainingTrainer",
     "RealmReindexCallback",
     "evaluate_openqa",
     "freeze_lower_layers",

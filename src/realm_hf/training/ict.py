@@ -10,12 +10,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import Trainer
 from transformers.utils import ModelOutput
 
 from ..configuration_realm import RealmConfig
 from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
 from ..sentences import split_sentences
 from ..tokenization_realm import tokenizer_call
+from .model_card import RealmModelCardMixin
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +179,9 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     >>> model(**batch).loss.backward()
     ```"""
 
+    # What its model card describes (realm_hf/modelcard/tasks.py).
+    model_card_task = "ict"
+
     def __init__(self, config: RealmConfig):
         super().__init__(config)
         self.embedder = RealmEmbedder(config)
@@ -242,6 +247,29 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
+    def save_pretrained(self, save_directory, *args, model_card: bool = True, save_retriever: bool = False, **kwargs):
+        r"""
+        Save weights and config all at once or not at all (see [`RealmPreTrainedModel.save_pretrained`]), with
+        realm-hf's model card (an ICT warm-start card).
+
+        Args:
+            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
+                written by hand in an existing card is kept, and transformers' draft Trainer card is replaced.
+            save_retriever (`bool`, *optional*, defaults to `False`): Accepted as the other REALM models take it (an
+                ICT model has no retriever), so that [`realm_hf.hub.push_to_hub`] saves it like them.
+        """
+        write_card = self._card_writer(save_directory) if model_card else None
+        self._save_directory(save_directory, args, kwargs, write_extra=write_card)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        r"""
+        Push weights, config, tokenizer (`tokenizer=`) and realm-hf's ICT model card to a Hub repo (transformers' own
+        `push_to_hub` would replace the card with a generic one). See [`realm_hf.hub.push_to_hub`] for the arguments.
+        """
+        from ..hub import push_to_hub  # local import, as in RealmForOpenQA.push_to_hub: needed only to push
+
+        return push_to_hub(self, repo_id, **kwargs)
+
     def export_embedders(self, save_directory: str | os.PathLike, **save_kwargs) -> dict[str, str]:
         r"""
         Save the embedders as standalone [`RealmEmbedder`] checkpoints: `embedder/` (document) and `query_embedder/`
@@ -264,9 +292,30 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         return paths
 
 
+class RealmICTTrainer(RealmModelCardMixin, Trainer):
+    """
+    [`~transformers.Trainer`] for the Inverse Cloze Task warm start of [`RealmForInverseClozeTask`], as built by
+    [`~realm_hf.training.recipes.ict_trainer`].
+
+    Training is the stock Trainer's; `create_model_card()` (hence `push_to_hub()`) writes realm-hf's ICT card instead
+    of transformers' draft: what the model is, the recipe of its [`DataCollatorForInverseClozeTask`] (query removal,
+    lengths, in-batch negatives), the training arguments, the training loss and the last evaluation logged.
+    """
+
+    def model_card_setup(self) -> dict[str, Any]:
+        setup = {"Negatives": f"the other blocks of the batch ({self.args.per_device_train_batch_size} per device)"}
+        collator = self.data_collator
+        if isinstance(collator, DataCollatorForInverseClozeTask):
+            setup["Query sentence removed from its block"] = f"with probability {collator.remove_sentence_prob:g}"
+            setup["Query length (wordpieces)"] = collator.max_query_length
+            setup["Block length (wordpieces)"] = collator.max_block_length
+        return setup
+
+
 __all__ = [
     "DataCollatorForInverseClozeTask",
     "RealmForInverseClozeTask",
     "RealmForInverseClozeTaskOutput",
+    "RealmICTTrainer",
     "split_sentences",
 ]

@@ -13,6 +13,7 @@ from transformers import Trainer
 from ..progress import progress_bar
 from ..text_inputs import question_problems, question_text_problems, truncate_questions
 from ..tokenization_realm import tokenizer_call
+from .model_card import RealmModelCardMixin
 
 logger = logging.getLogger(__name__)
 
@@ -207,13 +208,14 @@ def evaluate_openqa(
     return metrics
 
 
-class RealmOpenQATrainer(Trainer):
+class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
     """
     [`~transformers.Trainer`] for Open-QA fine-tuning of [`RealmForOpenQA`].
 
     Differences from the stock Trainer: the `question`/`answers` columns are kept for the collator (retrieval runs
     inside the forward pass on raw questions), and `evaluate()` answers the evaluation questions end to end and logs
-    `eval_exact_match`, `eval_f1` and `eval_recall@k`.
+    `eval_exact_match`, `eval_f1` and `eval_recall@k`; `create_model_card()` (hence `push_to_hub()`) writes
+    realm-hf's Open-QA card with them ([`RealmModelCardMixin`]).
 
     Args:
         recall_ks (`Sequence[int]`, *optional*, defaults to `(1, 5)`): Cut-offs for retrieval recall.
@@ -265,74 +267,6 @@ class RealmOpenQATrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
-
-    def create_model_card(
-        self,
-        language: str | None = None,
-        license: str | None = None,
-        tags: str | list[str] | None = None,
-        model_name: str | None = None,
-        finetuned_from: str | None = None,
-        tasks: str | list[str] | None = None,
-        dataset_tags: str | list[str] | None = None,
-        dataset: str | list[str] | None = None,
-        dataset_args: str | list[str] | None = None,
-        **card_kwargs,
-    ) -> None:
-        r"""
-        Write realm-hf's model card (not transformers' draft card) as `README.md` in `args.output_dir`; called by
-        `push_to_hub()`. Hand-written text of the README there is kept.
-
-        The card carries the last evaluation the Trainer logged (`eval_exact_match`, `eval_f1`, `eval_recall@k`) and
-        the training arguments. Its evaluation results become `model-index` entries when the evaluation set is named:
-        `dataset_tags` (Hub dataset ids, also written as the card's `datasets`), `dataset` (display names) and
-        `dataset_args` (configs), as in [`~transformers.Trainer.create_model_card`]; without a name they are listed in
-        the card only. `license` and `language` are written only when given. `tasks` is accepted for compatibility
-        (the task is always question answering); other keyword arguments go to
-        [`~realm_hf.modelcard.generate_model_card`].
-        """
-        if not self.is_world_process_zero():
-            return
-        from ..modelcard import write_model_card
-
-        dataset_tags, names, configs = (_as_list(value) for value in (dataset_tags, dataset, dataset_args))
-        eval_dataset = None
-        if dataset_tags or names:
-            eval_dataset = {"type": (dataset_tags or names)[0], "name": (names or dataset_tags)[0]}
-            if configs:
-                eval_dataset["config"] = configs[0]
-        model = self.accelerator.unwrap_model(self.model)
-        write_model_card(
-            self.args.output_dir,
-            model=model,
-            retriever=getattr(model, "retriever", None),
-            eval_results=last_evaluation(self.state.log_history),
-            eval_dataset=eval_dataset,
-            training_args=self.args,
-            base_model=finetuned_from,
-            datasets=dataset_tags or None,
-            model_id=self.hub_model_id,
-            model_name=model_name,
-            license=license,
-            language=language,
-            tags=_as_list(tags),
-            **card_kwargs,
-        )
-
-
-def last_evaluation(log_history: Sequence[dict]) -> dict[str, float] | None:
-    """The metrics (`eval_...` keys) of the last evaluation in a Trainer's `state.log_history`, or `None`."""
-    for entry in reversed(log_history):
-        metrics = {key: value for key, value in entry.items() if key.startswith("eval_")}
-        if metrics:
-            return metrics
-    return None
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 __all__ = ["DataCollatorForOpenQA", "RealmOpenQATrainer", "check_training_questions", "evaluate_openqa"]

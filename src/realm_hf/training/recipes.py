@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import datasets
-from transformers import Trainer, TrainingArguments, enable_full_determinism, set_seed
+from transformers import TrainingArguments, enable_full_determinism, set_seed
 
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
-from .ict import DataCollatorForInverseClozeTask
+from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, check_training_questions
 from .optimization import two_rate_adamw
+from .pretraining import RealmPreTrainingTrainer
 
 
 def seed_everything(seed: int, full_determinism: bool = False) -> int:
@@ -154,13 +155,14 @@ def pretraining_trainer(
     reindex: RealmReindexCallback | None = None,
     callbacks: Sequence = (),
     optimizer=None,
-) -> Trainer:
+) -> RealmPreTrainingTrainer:
     """
-    The REALM pre-training Trainer: [`RealmForPreTraining`] with a masking collator, `optimizer` (or the Trainer's
+    The REALM pre-training Trainer: [`RealmPreTrainingTrainer`] (whose `create_model_card`/`push_to_hub` write
+    realm-hf's pre-training card) for [`RealmForPreTraining`] with a masking collator, `optimizer` (or the Trainer's
     own when `None`, see [`pretraining_optimizer`]) and `reindex`, if given, first among the callbacks.
     `args.remove_unused_columns` must be `False`: the collator reads the raw text, spans and block ids.
     """
-    trainer = Trainer(
+    trainer = RealmPreTrainingTrainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -178,12 +180,15 @@ def pretraining_trainer(
 
 def ict_trainer(
     model, args: TrainingArguments, train_dataset, tokenizer, max_query_length: int, max_block_length: int, seed: int
-) -> Trainer:
-    """The Inverse Cloze Task warm-start Trainer for [`RealmForInverseClozeTask`], with its seeded collator."""
+) -> RealmICTTrainer:
+    """
+    The Inverse Cloze Task warm-start Trainer for [`RealmForInverseClozeTask`], with its seeded collator: a
+    [`RealmICTTrainer`], whose `create_model_card`/`push_to_hub` write realm-hf's ICT card.
+    """
     collator = DataCollatorForInverseClozeTask(
         tokenizer, max_query_length=max_query_length, max_block_length=max_block_length, seed=seed
     )
-    return Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
+    return RealmICTTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
 
 
 def evaluation_history(trainer) -> list[dict]:
