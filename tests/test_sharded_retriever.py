@@ -189,6 +189,23 @@ def test_refresh_under_training_refreshes_each_shard_locally(two_processes):
         torch.testing.assert_close(torch.tensor(record["refresh_scores"]), expected.scores, rtol=0, atol=1e-5)
 
 
+def test_trainer_checkpoints_save_and_restore_every_shard(two_processes):
+    out, records = two_processes
+    for record in records:
+        assert record["trainer_refreshes"] == 1
+        # Resuming swapped the checkpoint's shard back in, over a deliberately different live one.
+        assert record["scrambled"] and record["restored"] and record["resumed_refresh_count"] == 1
+    checkpoint = out / "trainer" / "checkpoint-2"
+    loaded = ShardedRealmRetriever.from_pretrained(checkpoint / "retriever")
+    assert loaded.shard_sizes == [6, 6]
+    # The shards hold the corpus embedded by the document embedder saved in the same checkpoint.
+    trained = RealmForOpenQA.from_pretrained(checkpoint, load_retriever=False)
+    single = RealmForOpenQA.from_pretrained(worker.LEGACY_OPENQA, allow_pickle=True).retriever
+    single.embed_corpus(trained.document_embedder, show_progress=False)
+    ids = torch.arange(12)
+    torch.testing.assert_close(loaded.get_block_embeddings(ids), single.get_block_embeddings(ids), rtol=0, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # One process
 # ---------------------------------------------------------------------------------------------------------------------
@@ -248,3 +265,10 @@ def test_a_model_saved_with_a_sharded_retriever_leaves_the_shards_to_their_own_s
     sharded_answer = model.answer(questions)
     model.set_retriever(model.retriever.to_retriever())
     assert model.answer(questions) == sharded_answer
+
+
+def test_building_before_the_process_group_exists_is_refused(full_retrievers, monkeypatch):
+    # Under `accelerate launch`, before `Accelerator()`: each process would silently hold every shard.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialised yet: create the `Accelerator"):
+        ShardedRealmRetriever.from_retriever(full_retrievers["Flat"])

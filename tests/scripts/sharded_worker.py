@@ -158,6 +158,59 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
         save_file(state, os.path.join(out_dir, "document_embedder.safetensors"))
 
 
+def train_with_trainer(record: dict, out_dir: str) -> None:
+    """RealmOpenQATrainer with checkpoints: every process saves its shard into checkpoint-2/retriever/, and resuming
+    from it restores the shards."""
+    import datasets
+    from transformers import TrainingArguments
+
+    from realm_hf import RealmForOpenQA, ShardedRealmRetriever
+    from realm_hf.training.callbacks import RealmReindexCallback
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    torch.manual_seed(0)
+    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
+    model.config.searcher_beam_size = 6
+    model.add_document_embedder()
+    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
+    sharded = ShardedRealmRetriever.from_retriever(model.retriever)
+    model.set_retriever(sharded)
+
+    def run(max_steps: int, resume: bool):
+        args = TrainingArguments(
+            output_dir=os.path.join(out_dir, "trainer"),
+            per_device_train_batch_size=2,
+            max_steps=max_steps,
+            learning_rate=0.02,
+            optim="sgd",
+            logging_steps=1,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="steps",
+            save_steps=2,
+            disable_tqdm=True,
+            ddp_find_unused_parameters=True,
+            seed=0,
+            data_seed=0,
+        )
+        reindex = RealmReindexCallback(sharded, refresh_steps=2, background=False, refresh_at_end=False)
+        trainer = RealmOpenQATrainer(
+            model=model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS), callbacks=[reindex]
+        )
+        trainer.train(resume_from_checkpoint=resume or None)
+        return reindex
+
+    record["trainer_refreshes"] = run(2, False).refresh_count
+    # Scramble the live shard, then resume: the checkpoint's shard is swapped back in.
+    ids = torch.as_tensor(sharded.shards[0].block_ids)
+    saved = sharded.shards[0].get_block_embeddings(ids)
+    sharded.swap_index_state(sharded.refresh_index_state(model.embedder))
+    record["scrambled"] = not torch.equal(sharded.shards[0].get_block_embeddings(ids), saved)
+    resumed = run(2, True)
+    record["restored"] = torch.equal(sharded.shards[0].get_block_embeddings(ids), saved)
+    record["resumed_refresh_count"] = resumed.refresh_count
+
+
 def main(out_dir: str, three_shard_save: str) -> None:
     from realm_hf import ShardedRealmRetriever
 
@@ -191,6 +244,7 @@ def main(out_dir: str, three_shard_save: str) -> None:
         record["k_mismatch_error"] = str(err)
     build_from_documents(record)
     train_with_refreshes(accelerator, record, out_dir)
+    train_with_trainer(record, out_dir)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
     accelerator.wait_for_everyone()

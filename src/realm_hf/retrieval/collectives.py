@@ -5,6 +5,7 @@ with no group at all), and errors raised on every process at the same point, nev
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -30,7 +31,16 @@ def distributed_world() -> tuple[int, int]:
 
 def default_gloo_group():
     """A gloo group over all processes of the default group (created once, collectively), or `None` for one process."""
-    rank, world_size = distributed_world()
+    _, world_size = distributed_world()
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world_size == 1 and launched > 1:
+        # Launched as one of several processes, before their group exists: each process would hold every shard.
+        raise RuntimeError(
+            f"This process is one of {launched} (WORLD_SIZE={launched}), but torch.distributed is not initialised "
+            "yet: create the `Accelerator()` (or `accelerate.PartialState()`, or call "
+            "`torch.distributed.init_process_group`) before building or loading a sharded retriever, so that each "
+            "process holds its share."
+        )
     if world_size == 1:
         return None
     key = id(torch.distributed.group.WORLD)
