@@ -146,6 +146,8 @@ def test_processes_that_disagree_get_one_clear_error_each(two_processes):
         assert "holds 3 shards, which cannot be split evenly over 2 processes" in record["three_shards_error"]
         assert "on 2 of 2 processes" in record["three_shards_error"]
         assert "same k, rerank_factor and search parameters" in record["k_mismatch_error"]
+        # The data of another process's blocks comes with the search that found them, not from a lookup.
+        assert "are not held by this process" in record["remote_lookup_error"]
 
 
 def test_each_process_splits_and_embeds_its_share_of_the_documents(two_processes):
@@ -222,6 +224,12 @@ def test_one_process_holds_every_shard_and_searches_like_the_retriever(full_retr
     # Lookups of the retrieved ids (what RealmForOpenQA does after a search) match the retriever's.
     assert torch.equal(sharded.get_block_embeddings(got.block_ids), full.get_block_embeddings(got.block_ids))
     assert sharded.get_block_texts(got.block_ids) == full.get_block_texts(got.block_ids)
+    assert sharded.get_blocks(got.block_ids) == full.get_blocks(got.block_ids)
+    tokens, lengths = sharded.get_block_token_ids(got.block_ids)
+    expected_tokens, expected_lengths = full.get_block_token_ids(got.block_ids)
+    assert torch.equal(tokens, expected_tokens) and torch.equal(lengths, expected_lengths)
+    # Ids that no search of this thread returned are looked up in the shards this process holds (here: all).
+    assert sharded.get_block_texts(torch.tensor([0, 299, -1])) == full.get_block_texts(torch.tensor([0, 299, -1]))
     with pytest.raises(ValueError, match="k=301 is larger than the number of blocks"):
         sharded.search(queries, 301)
 
@@ -272,3 +280,37 @@ def test_building_before_the_process_group_exists_is_refused(full_retrievers, mo
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(RuntimeError, match="torch.distributed is not initialised yet: create the `Accelerator"):
         ShardedRealmRetriever.from_retriever(full_retrievers["Flat"])
+
+
+def test_a_sharded_save_replaces_what_the_folder_held_all_or_nothing(full_retrievers, tmp_path, monkeypatch):
+    import realm_hf.retrieval.sharded_serialization as sharded_serialization
+
+    full = full_retrievers["Flat"]
+    folder = tmp_path / "corpus"
+    full.save_pretrained(folder)  # a single retriever saved here first
+    ShardedRealmRetriever.from_retriever(full, num_shards=3).save_pretrained(folder)
+    assert sorted(os.listdir(folder)) == [f"shard-0000{i}-of-00003" for i in range(3)] + [
+        "sharded_retriever_manifest.json"
+    ]
+    two = ShardedRealmRetriever.from_retriever(full, num_shards=2)
+    two.save_pretrained(folder)
+    assert sorted(os.listdir(folder)) == [f"shard-0000{i}-of-00002" for i in range(2)] + [
+        "sharded_retriever_manifest.json"
+    ]
+    before = (folder / "sharded_retriever_manifest.json").read_bytes()
+
+    # A shard that fails to write leaves the previous save untouched.
+    def failing_write(shard, directory, *args):
+        if directory.endswith("shard-00001-of-00003"):
+            raise OSError("disk full")
+        return write_retriever(shard, directory, *args)
+
+    write_retriever = sharded_serialization.write_retriever
+    monkeypatch.setattr(sharded_serialization, "write_retriever", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        ShardedRealmRetriever.from_retriever(full, num_shards=3).save_pretrained(folder)
+    assert (folder / "sharded_retriever_manifest.json").read_bytes() == before
+    assert sorted(os.listdir(folder)) == [f"shard-0000{i}-of-00002" for i in range(2)] + [
+        "sharded_retriever_manifest.json"
+    ]
+    assert ShardedRealmRetriever.from_pretrained(folder).shard_sizes == [150, 150]

@@ -238,6 +238,11 @@ def main(out_dir: str, three_shard_save: str) -> None:
     except ValueError as err:
         record["three_shards_error"] = str(err)
     try:
+        sharded.get_block_texts(torch.tensor([0 if rank else NUM_BLOCKS - 1]))  # a block of the other process
+        record["remote_lookup_error"] = None
+    except ValueError as err:
+        record["remote_lookup_error"] = str(err)
+    try:
         sharded.search(torch.zeros(2, DIM), K + rank)  # the processes disagree on k
         record["k_mismatch_error"] = None
     except ValueError as err:

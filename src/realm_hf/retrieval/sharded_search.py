@@ -249,6 +249,9 @@ def lookup(retriever: ShardedRealmRetriever, block_ids, what: str):
             # Corpora stored without token ids: tokenized here, as a single retriever does.
             texts = [block["text"] for block in cached["blocks"]]
             return ids, pad_token_ids(tokenize_block_texts(retriever.tokenizer, texts))
+        if what == "blocks" and cached["blocks"] is not None:
+            # The blocks as the corpus holds them: the search's `score` is not part of a block.
+            return ids, [{key: value for key, value in block.items() if key != "score"} for block in cached["blocks"]]
         if cached.get(what) is not None:
             return ids, cached[what]
     return ids, _local_lookup(retriever, ids.reshape(-1), what)

@@ -17,7 +17,7 @@ from ..file_utils import file_sha256, recover_interrupted_save, staged_save
 from .collectives import ShardedCollectiveError, ShardGroup, describe
 from .integrity import _check_files, _inside
 from .retriever import RealmRetriever
-from .serialization import write_retriever
+from .serialization import _RETRIEVER_ENTRIES, write_retriever
 
 if TYPE_CHECKING:
     from .sharding import ShardedRealmRetriever
@@ -129,7 +129,10 @@ def install_manifest(retriever: ShardedRealmRetriever, staging: str, target: str
     with open(os.path.join(staging, SHARDED_MANIFEST_NAME), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
+    # Shard folders of an earlier save with more shards, and a single retriever saved here before: the directory
+    # then holds exactly this save.
     old = [name for name in os.listdir(target) if _SHARD_FOLDER.fullmatch(name) and name not in folders]
+    old += [name for name in _RETRIEVER_ENTRIES if os.path.lexists(os.path.join(target, name))]
     return [*folders, SHARDED_MANIFEST_NAME], old
 
 

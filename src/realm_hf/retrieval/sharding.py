@@ -278,6 +278,12 @@ class ShardedRealmRetriever:
         """Refuse an embedder of another dimension; warn if its weights differ from the shards' embedder."""
         self.shards[0].check_embedder(embedder)
 
+    def to_gpu(self, device: int = 0) -> Self:
+        """Move this process's shard indexes to GPU `device` (e.g. its local rank); see [`RealmRetriever.to_gpu`]."""
+        for shard in self.shards:
+            shard.to_gpu(device)
+        return self
+
     def to_retriever(self, index: str | None = None, train_size: int | None = None) -> RealmRetriever:
         """
         One [`RealmRetriever`] over every shard (this process must hold them all: one process, e.g. after
