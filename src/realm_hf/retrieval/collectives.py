@@ -6,9 +6,11 @@ with no group at all), and errors raised on every process at the same point, nev
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 
 # One gloo group per default process group, created the first time a sharded retriever is built or loaded (a
@@ -88,21 +90,30 @@ class ShardGroup:
     def exchange(self, outgoing: list) -> list:
         """
         Send `outgoing[d]` to process `d` and receive what each process sent here: `received[s]` came from process
-        `s`. One scatter per process, so each process receives only what it is sent (an all-gather would send every
-        process everything).
+        `s`. Each process receives only what it is sent (an all-gather would send every process everything), in two
+        `all_to_all` calls (the sizes, then the pickled messages: objects between the processes of one job, never
+        read from a file).
         """
         if len(outgoing) != self.world_size:
             raise ValueError(f"One message per process expected ({self.world_size}), got {len(outgoing)}.")
         if self.world_size == 1:
             return list(outgoing)
-        received = []
-        for src in range(self.world_size):
-            box = [None]
-            torch.distributed.scatter_object_list(
-                box, outgoing if src == self.rank else None, group=self.group, group_src=src
-            )
-            received.append(box[0])
-        return received
+        messages = [pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) for obj in outgoing]
+        send_sizes = torch.tensor([len(message) for message in messages], dtype=torch.int64)
+        receive_sizes = torch.empty(self.world_size, dtype=torch.int64)
+        torch.distributed.all_to_all_single(receive_sizes, send_sizes, group=self.group)
+        send = torch.frombuffer(bytearray(b"".join(messages)), dtype=torch.uint8)
+        receive = torch.empty(int(receive_sizes.sum()), dtype=torch.uint8)
+        torch.distributed.all_to_all_single(
+            receive,
+            send,
+            output_split_sizes=receive_sizes.tolist(),
+            input_split_sizes=send_sizes.tolist(),
+            group=self.group,
+        )
+        data = receive.numpy().tobytes()
+        bounds = [0, *np.cumsum(receive_sizes.numpy()).tolist()]
+        return [pickle.loads(data[bounds[s] : bounds[s + 1]]) for s in range(self.world_size)]
 
     def run(self, what: str, function, *args):
         """

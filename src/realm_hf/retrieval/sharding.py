@@ -325,8 +325,9 @@ class ShardedRealmRetriever:
         """
         [`RealmRetriever.from_documents`] split across processes; a collective call. Every process is given the same
         documents (a sequence or a `datasets.Dataset`), splits and embeds only its contiguous share of them, and
-        numbers its blocks after those of the processes before it: block ids, doc ids and embeddings are those the
-        single-process build gives (each process indexes its own blocks with `index`).
+        numbers its blocks after those of the processes before it: block ids, doc ids and texts are those the
+        single-process build gives, embeddings too up to float rounding (other batches), and each process indexes its
+        own blocks with `index`.
         """
         return build_from_documents(
             cls,
