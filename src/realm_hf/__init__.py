@@ -23,6 +23,7 @@ from .modeling_realm import (  # noqa: E402
     RealmScorerOutput,
 )
 from .reader_inputs import RealmReaderInputs, build_reader_inputs  # noqa: E402
+from .retrieval.sharding import ShardedRealmRetriever  # noqa: E402
 from .retrieval_realm import RealmRetriever, RealmSearchOutput  # noqa: E402
 from .tokenization_realm import RealmTokenizer, RealmTokenizerFast  # noqa: E402
 
@@ -89,6 +90,7 @@ __all__ = [
     "RealmSearchOutput",
     "RealmTokenizer",
     "RealmTokenizerFast",
+    "ShardedRealmRetriever",
     "build_reader_inputs",
     "init_from_bert",
     "pipeline",

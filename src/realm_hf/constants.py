@@ -8,6 +8,10 @@ MANIFEST_NAME = "retriever_manifest.json"
 INDEX_NAME = "index.faiss"
 CORPUS_DIR = "corpus"
 TOKENIZER_DIR = "tokenizer"
+# A sharded retriever directory (ShardedRealmRetriever.save_pretrained): one manifest naming N shard folders, each a
+# retriever directory of its own (the blocks one process holds).
+SHARDED_MANIFEST_NAME = "sharded_retriever_manifest.json"
+SHARD_FOLDER_FORMAT = "shard-{index:05d}-of-{count:05d}"
 # 2: index labels are rows of the saved corpus (`index_labels: row`); 1: block ids.
 FORMAT_VERSION = 2
 
@@ -31,5 +35,7 @@ __all__ = [
     "LEGACY_BLOCK_RECORDS",
     "MANIFEST_NAME",
     "RETRIEVER_SUBFOLDER",
+    "SHARDED_MANIFEST_NAME",
+    "SHARD_FOLDER_FORMAT",
     "TOKENIZER_DIR",
 ]

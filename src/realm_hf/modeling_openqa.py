@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 
 import torch
@@ -24,6 +25,8 @@ from .tokenization_realm import tokenizer_call
 
 # What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
 _load_retriever_for = load_retriever_for_checkpoint
+
+logger = logging.getLogger(__name__)
 
 # Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
 _MODE_LOCK = threading.Lock()
@@ -164,6 +167,13 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
             self.config.num_block_records = len(self.retriever)
         retriever = self.retriever if save_retriever else None
+        if getattr(retriever, "is_sharded", False):
+            # One process saves a model, but every process holds a part of a sharded corpus: its save is collective.
+            logger.warning(
+                "The model's retriever is sharded across processes: it is not saved with the model. Save it with "
+                "`model.retriever.save_pretrained(directory)` on every process (docs/sharding.md)."
+            )
+            retriever = None
         write_card = self._card_writer(save_directory, retriever) if model_card else None
         self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
 

@@ -1,6 +1,6 @@
 """
 REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization,
-integrity, legacy, conversion.
+integrity, legacy, conversion, sharding across processes.
 """
 
 import importlib
@@ -10,6 +10,8 @@ _EXPORTS = {
     "RealmIndexState": "retriever",
     "RealmRetriever": "retriever",
     "RealmSearchOutput": "retriever",
+    "ShardedIndexState": "sharding",
+    "ShardedRealmRetriever": "sharding",
     "block_spans": "chunking",
     "convert_legacy_checkpoint": "conversion",
     "embed_blocks": "encoding",

@@ -11,7 +11,7 @@ import os
 import re
 
 from ..auto_map import tokenizer_auto_map
-from ..constants import CORPUS_DIR, FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME
+from ..constants import CORPUS_DIR, FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, SHARDED_MANIFEST_NAME
 from ..file_utils import check_inside, check_relative_name, file_sha256, recover_interrupted_save
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,11 @@ def _read_manifest(path: str) -> dict:
             if legacy
             else f" {_REBUILD_HINT}"
         )
+        if os.path.isfile(os.path.join(path, SHARDED_MANIFEST_NAME)):
+            hint = (
+                " It is a sharded retriever save: load it with `ShardedRealmRetriever.from_pretrained` (on one "
+                "process it holds every shard; `.to_retriever()` merges them into one RealmRetriever)."
+            )
         raise OSError(f"{path} has no {MANIFEST_NAME}: it is not a realm-hf retriever directory.{hint}")
     check_inside(path, manifest_path, MANIFEST_NAME, manifest_path)
     try:

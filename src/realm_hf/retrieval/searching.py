@@ -57,13 +57,7 @@ def search(
     return_embeddings: bool = False,
 ) -> RealmSearchOutput:
     """[`RealmRetriever.search`]."""
-    if isinstance(question_embeddings, torch.Tensor):
-        question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
-    queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
-    if queries.ndim == 1:
-        queries = queries[None]
-    if queries.ndim != 2:
-        raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+    queries = as_query_matrix(question_embeddings)
     check_finite_queries(queries)
     k = int(k)
     if k < 1:
@@ -77,6 +71,18 @@ def search(
         fetch = k if exact else min(retriever.num_blocks, k * max(1, int(rerank_factor)))
         scores, ids = retriever._index.search(queries, fetch, params)
         return finish_search(retriever, queries, scores, ids, k, exact, return_blocks, return_embeddings)
+
+
+def as_query_matrix(question_embeddings) -> np.ndarray:
+    """Question embeddings as a contiguous `(batch_size, dim)` float32 CPU array (one vector becomes a batch of one)."""
+    if isinstance(question_embeddings, torch.Tensor):
+        question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
+    queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+    if queries.ndim == 1:
+        queries = queries[None]
+    if queries.ndim != 2:
+        raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+    return queries
 
 
 def check_finite_queries(queries: np.ndarray) -> None:

@@ -66,7 +66,10 @@ class RealmReindexCallback(TrainerCallback):
     training continues on the old index.
 
     With several processes (`accelerate launch`, DDP) each process embeds its share of the corpus; the shares are
-    gathered over a separate gloo group so every process swaps in the same index at the same step.
+    gathered over a separate gloo group so every process swaps in the same index at the same step. With a
+    [`ShardedRealmRetriever`] each process re-embeds only the blocks it holds and swaps its own shards' new index in
+    (nothing is gathered), at the same step as the other processes; with it, checkpoints save the shards from every
+    process.
 
     Use it with [`~transformers.Trainer`] (`callbacks=[RealmReindexCallback(retriever, refresh_steps=500)]`), or in a
     plain training loop by calling `reindexer.step(global_step, model)` after each optimizer step.
@@ -223,6 +226,14 @@ class RealmReindexCallback(TrainerCallback):
         """Worker: embed this process's share of the corpus, gather the shares, build the new index state."""
         from ..retrieval.encoding import fingerprint_module
 
+        if getattr(self.retriever, "is_sharded", False):
+            # Each process holds its own blocks: it refreshes them, and no process needs the others' embeddings.
+            return self.retriever.refresh_index_state(
+                snapshot,
+                batch_size=self.batch_size,
+                dtype=self.dtype,
+                show_progress=self.show_progress and rank == 0,
+            )
         block_ids = self.retriever.block_ids
         num_blocks = len(block_ids)
         bounds = [num_blocks * r // world_size for r in range(world_size + 1)]
@@ -248,6 +259,10 @@ class RealmReindexCallback(TrainerCallback):
 
     def _check_state(self, state) -> None:
         """Refuse a refreshed index that the model could not search: checked before the swap, never after."""
+        for shard_state in getattr(state, "shard_states", [state]):
+            self._check_one_state(shard_state)
+
+    def _check_one_state(self, state) -> None:
         dim, live_dim = int(state.index.d), self.retriever.embedding_dim
         if dim != live_dim:
             raise ValueError(
@@ -337,9 +352,14 @@ class RealmReindexCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        if not self.save_with_checkpoints or not state.is_world_process_zero:
+        sharded = getattr(self.retriever, "is_sharded", False)
+        if not self.save_with_checkpoints or not (state.is_world_process_zero or sharded):
             return control
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if sharded:
+            # A collective save: every process writes its shards (the model's own save leaves them out).
+            self.save_checkpoint(checkpoint)
+            return control
         if os.path.isdir(checkpoint):
             # `RealmForOpenQA.save_pretrained` already wrote this very retriever into the checkpoint: do not write
             # the corpus and index a second time, only the refresh bookkeeping.
@@ -397,6 +417,8 @@ class RealmReindexCallback(TrainerCallback):
         """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
         if save_retriever:
             self.retriever.save_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
+        if getattr(self.retriever, "is_sharded", False) and self.retriever.group.rank != 0:
+            return
         state = {
             "refresh_count": self.refresh_count,
             "failed_refreshes": self.failed_refreshes,
@@ -410,7 +432,11 @@ class RealmReindexCallback(TrainerCallback):
         """Restore the index saved in a checkpoint directory into the live retriever."""
         from ..retrieval import RealmRetriever
 
-        saved = RealmRetriever.from_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
+        folder = os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER)
+        if getattr(self.retriever, "is_sharded", False):
+            saved = type(self.retriever).from_pretrained(folder, group=self.retriever.group)
+        else:
+            saved = RealmRetriever.from_pretrained(folder)
         self.retriever.swap_index_state(saved.export_index_state())
         state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
         if os.path.exists(state_file):

@@ -1,0 +1,374 @@
+"""
+[`ShardedRealmRetriever`]: a corpus larger than one machine, split across the processes of `torch.distributed`
+(`accelerate launch`), each holding 1/N of the blocks and of the index; searches merge every shard's top `k` exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
+
+import numpy as np
+import torch
+
+from .building import RealmIndexState
+from .collectives import ShardGroup
+from .corpus import _unflatten
+from .encoding import fingerprint_module
+from .retriever import RealmRetriever
+from .searching import RealmSearchOutput
+from .sharded_building import build_from_documents, merge_shards, split_retriever
+from .sharded_search import lookup, sharded_search
+from .sharded_serialization import load_sharded, save_sharded
+
+
+@dataclass
+class ShardedIndexState:
+    """The refreshed index states of the shards one process holds, in shard order (see [`RealmIndexState`])."""
+
+    shard_states: list[RealmIndexState]
+
+
+class ShardedRealmRetriever:
+    r"""
+    A REALM knowledge corpus split across processes: each process of a `torch.distributed` group (the processes of
+    `accelerate launch`) holds a contiguous share of the blocks, their stored embeddings and an index over them (its
+    *shards*, plain [`RealmRetriever`]s keeping the corpus's global block ids), and a search returns exactly what one
+    retriever over the whole corpus would return for an exact index.
+
+    [`~ShardedRealmRetriever.search`] is a **collective call**: every process calls it at the same point, each with
+    its own questions (any number, also none: a `(0, dim)` tensor). The questions of all processes are gathered,
+    each process searches its shards for all of them, the candidates are gathered and merged (score descending, ties
+    broken by the smaller block id), and each retrieved block's text, token ids and stored embedding are sent by the
+    process that holds it to the process that asked. [`RealmForOpenQA`] calls it once per forward pass, so under
+    DDP/Accelerate (every process runs the same number of steps) training and evaluation keep the rule; do not call
+    it from one process alone (e.g. inside `if accelerator.is_main_process:`), which would wait forever.
+
+    With one process (no process group initialised), it holds every shard and needs no collective at all.
+
+    Build one with [`~ShardedRealmRetriever.from_documents`] (each process splits and embeds only its share of the
+    documents) or [`~ShardedRealmRetriever.from_retriever`] (a retriever's rows split, no re-embedding); save and
+    load it with [`~ShardedRealmRetriever.save_pretrained`] / [`~ShardedRealmRetriever.from_pretrained`] (N shard
+    folders and one manifest). [`RealmReindexCallback`] refreshes each process's shards locally. See docs/sharding.md.
+
+    Args:
+        shards (`Sequence[RealmRetriever]`): The shards this process holds, in corpus order.
+        group (`torch.distributed.ProcessGroup`, *optional*): A gloo group of the processes; by default a gloo group
+            over every process of the default group (created once), or none for a single process.
+
+    Example (under `accelerate launch`):
+
+    ```python
+    >>> from accelerate import Accelerator
+    >>> from realm_hf import RealmForOpenQA, ShardedRealmRetriever
+
+    >>> accelerator = Accelerator()  # initialises torch.distributed
+    >>> model = RealmForOpenQA.from_pretrained("path/to/model", load_retriever=False)
+    >>> sharded = ShardedRealmRetriever.from_pretrained("path/to/sharded-corpus")  # this process's shard
+    >>> model.set_retriever(sharded)
+    ```"""
+
+    def __init__(self, shards: Sequence[RealmRetriever], group=None):
+        self.shards = list(shards)
+        self.group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+        self.group.run("Building the sharded retriever", self._check_local_shards)
+        described = self.group.all_gather([self._describe(shard) for shard in self.shards])
+        self._layout = [info for process in described for info in process]
+        # The process that holds each shard (shards are numbered in process order).
+        self._shard_owner = np.repeat(np.arange(len(described)), [len(process) for process in described])
+        self.first_shard = sum(len(process) for process in described[: self.group.rank])
+        self._check_layout()
+        self._thread = threading.local()
+
+    def _check_local_shards(self) -> None:
+        if not self.shards:
+            raise ValueError("This process holds no shard: give every process at least one RealmRetriever.")
+        if not all(isinstance(shard, RealmRetriever) for shard in self.shards):
+            raise TypeError("The shards of a ShardedRealmRetriever must be RealmRetriever instances.")
+
+    @staticmethod
+    def _describe(shard: RealmRetriever) -> dict:
+        ids = shard._corpus.sorted_ids
+        return {
+            "num_blocks": shard.num_blocks,
+            "dim": shard.embedding_dim,
+            "index_type": shard.index_type,
+            "id_range": (int(ids[0]), int(ids[-1])),
+        }
+
+    def _check_layout(self) -> None:
+        # Every process sees the same layout, so every process raises the same error.
+        dims = sorted({info["dim"] for info in self._layout})
+        if len(dims) > 1:
+            raise ValueError(
+                f"The shards hold embeddings of different dimensions {dims}: embed them with one embedder."
+            )
+        ranges = sorted(info["id_range"] for info in self._layout)
+        overlapping = [(a, b) for a, b in zip(ranges, ranges[1:]) if b[0] <= a[1]]
+        if overlapping:
+            raise ValueError(
+                f"The shards' block id ranges overlap ({overlapping[0][0]} and {overlapping[0][1]}): each shard must "
+                "hold a contiguous range of the corpus's block ids (build them with `from_documents` or "
+                "`from_retriever`)."
+            )
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # What the model reads
+    # -----------------------------------------------------------------------------------------------------------------
+
+    is_sharded = True
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of blocks of the whole corpus (all shards)."""
+        return sum(info["num_blocks"] for info in self._layout)
+
+    def __len__(self) -> int:
+        return self.num_blocks
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards over all processes."""
+        return len(self._layout)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Blocks of each shard, in corpus order."""
+        return [info["num_blocks"] for info in self._layout]
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.shards[0].embedding_dim
+
+    @property
+    def tokenizer(self):
+        """The blocks' tokenizer (the same in every shard)."""
+        return self.shards[0].tokenizer
+
+    @property
+    def max_block_length(self) -> int | None:
+        return self.shards[0].max_block_length
+
+    @property
+    def index_type(self) -> str:
+        return self.shards[0].index_type
+
+    @property
+    def embedder_fingerprint(self) -> str | None:
+        return self.shards[0].embedder_fingerprint
+
+    @property
+    def local_block_ids(self) -> np.ndarray:
+        """The block ids this process holds, in corpus order."""
+        return np.concatenate([shard.block_ids for shard in self.shards])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_blocks={self.num_blocks}, num_shards={self.num_shards}, "
+            f"process={self.group.rank}/{self.group.world_size}, local_shards={len(self.shards)}, "
+            f"embedding_dim={self.embedding_dim}, index_type={self.index_type!r})"
+        )
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Search (collective) and lookups of retrieved blocks (local)
+    # -----------------------------------------------------------------------------------------------------------------
+
+    def search(
+        self,
+        question_embeddings,
+        k: int = 5,
+        return_blocks: bool = True,
+        rerank_factor: int = 1,
+        return_embeddings: bool = False,
+        **search_params,
+    ) -> RealmSearchOutput:
+        """
+        Top-`k` blocks of the whole corpus for this process's questions; a **collective call** (see the class
+        docstring). Arguments and output as [`RealmRetriever.search`]; `k`, `rerank_factor` and the search parameters
+        must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
+        compressed indexes), so for exact indexes (Flat, IVF-Flat probing every list) the result is the single
+        retriever's; for approximate ones each shard's index is searched with the same parameters.
+        """
+        return sharded_search(
+            self, question_embeddings, k, return_blocks, rerank_factor, search_params, return_embeddings
+        )
+
+    def _remember(self, ids, blocks, embeddings, tokens) -> None:
+        # What the last search of this thread retrieved, for the model's lookups of those ids (blocks of other
+        # processes are reachable only through the search that found them).
+        self._thread.last = {"ids": ids, "blocks": blocks, "embeddings": embeddings, "tokens": tokens}
+
+    def _last_search(self) -> dict | None:
+        return getattr(self._thread, "last", None)
+
+    def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
+        """Stored embeddings of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
+        ids, values = lookup(self, block_ids, "embeddings")
+        return torch.from_numpy(np.ascontiguousarray(values).reshape(*ids.shape, self.embedding_dim))
+
+    def get_blocks(self, block_ids) -> list:
+        """Blocks (dicts) of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
+        ids, values = lookup(self, block_ids, "blocks")
+        return _unflatten([dict(block) for block in values], ids)
+
+    def get_block_texts(self, block_ids) -> list:
+        """Texts of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
+        ids, values = lookup(self, block_ids, "texts")
+        return _unflatten(list(values), ids)
+
+    def get_block_token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
+        """Reader token ids of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
+        ids, (tokens, lengths) = lookup(self, block_ids, "tokens")
+        shape = tuple(ids.shape)
+        return torch.from_numpy(tokens).view(*shape, tokens.shape[1]), torch.from_numpy(lengths).view(shape)
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Refreshing (each process its own shards; no embeddings gathered)
+    # -----------------------------------------------------------------------------------------------------------------
+
+    def refresh_index_state(
+        self,
+        embedder: torch.nn.Module,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = False,
+        train_size: int | None = None,
+    ) -> ShardedIndexState:
+        """
+        Re-embed the blocks of this process's shards with `embedder` and build their new indexes, without touching
+        the live ones (safe in a background thread); install with [`~ShardedRealmRetriever.swap_index_state`]. Not a
+        collective: each process refreshes what it holds.
+        """
+        fingerprint = fingerprint_module(embedder)
+        states = []
+        for shard in self.shards:
+            embeddings = shard.embed_corpus(
+                embedder, batch_size, device, dtype, show_progress, update_index=False, train_size=train_size
+            )
+            states.append(shard.build_index_state(embeddings, fingerprint, train_size))
+        return ShardedIndexState(states)
+
+    def swap_index_state(self, state: ShardedIndexState) -> None:
+        """Install refreshed index states (one per local shard), each atomically under its shard's lock."""
+        if not isinstance(state, ShardedIndexState) or len(state.shard_states) != len(self.shards):
+            raise ValueError(
+                f"A sharded retriever swaps in a ShardedIndexState with one state per local shard ({len(self.shards)})."
+            )
+        for shard, shard_state in zip(self.shards, state.shard_states):
+            shard.swap_index_state(shard_state)
+
+    def export_index_state(self) -> ShardedIndexState:
+        """The local shards' current embeddings and indexes (e.g. to restore them into another sharded retriever)."""
+        return ShardedIndexState([shard.export_index_state() for shard in self.shards])
+
+    def embed_corpus(self, embedder: torch.nn.Module, **kwargs) -> None:
+        """Re-embed this process's shards with `embedder` and swap their new indexes in (call it on every process)."""
+        self.swap_index_state(self.refresh_index_state(embedder, **kwargs))
+
+    def is_stale(self, embedder: torch.nn.Module) -> bool | None:
+        """Whether `embedder`'s weights differ from those that embedded this process's shards (`None`: unknown)."""
+        stale = [shard.is_stale(embedder) for shard in self.shards]
+        return None if None in stale else any(stale)
+
+    def check_embedder(self, embedder: torch.nn.Module) -> None:
+        """Refuse an embedder of another dimension; warn if its weights differ from the shards' embedder."""
+        self.shards[0].check_embedder(embedder)
+
+    def to_gpu(self, device: int = 0) -> Self:
+        """Move this process's shard indexes to GPU `device` (e.g. its local rank); see [`RealmRetriever.to_gpu`]."""
+        for shard in self.shards:
+            shard.to_gpu(device)
+        return self
+
+    def to_retriever(self, index: str | None = None, train_size: int | None = None) -> RealmRetriever:
+        """
+        One [`RealmRetriever`] over every shard (this process must hold them all: one process, e.g. after
+        [`~ShardedRealmRetriever.from_pretrained`] without a process group), indexed from the stored embeddings with
+        `index` (default: the shards' index type). Not a collective.
+        """
+        return merge_shards(self, index, train_size)
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Building, saving, loading (collective)
+    # -----------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_retriever(
+        cls, retriever: RealmRetriever, group=None, num_shards: int | None = None, train_size: int | None = None
+    ) -> Self:
+        """
+        Split a retriever that every process holds (e.g. loaded from one save) into contiguous shards of its rows,
+        each indexed from its stored embeddings with the retriever's index type; a collective call. Each process keeps
+        `num_shards / world_size` shards (default one) and drops nothing else: free the full retriever afterwards.
+        """
+        return split_retriever(cls, retriever, group, num_shards, train_size)
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents,
+        embedder: torch.nn.Module,
+        tokenizer,
+        max_block_length: int = 288,
+        index: str = "Flat",
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        train_size: int | None = None,
+        group=None,
+    ) -> Self:
+        """
+        [`RealmRetriever.from_documents`] split across processes; a collective call. Every process is given the same
+        documents (a sequence or a `datasets.Dataset`), splits and embeds only its contiguous share of them, and
+        numbers its blocks after those of the processes before it: block ids, doc ids and texts are those the
+        single-process build gives, embeddings too up to float rounding (other batches), and each process indexes its
+        own blocks with `index`.
+        """
+        return build_from_documents(
+            cls,
+            documents,
+            embedder,
+            tokenizer,
+            max_block_length,
+            index,
+            batch_size,
+            device,
+            dtype,
+            show_progress,
+            train_size,
+            group,
+        )
+
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
+    ) -> None:
+        """
+        Save every shard into `save_directory/shard-XXXXX-of-YYYYY/` (each a retriever directory of its own) and one
+        `sharded_retriever_manifest.json` naming them with their block ranges and the sha256 of every file; a
+        collective call, all or nothing (staged, then swapped in by process 0). `save_directory` must be a folder all
+        processes can reach (a shared filesystem). Arguments as [`RealmRetriever.save_pretrained`].
+        """
+        save_sharded(self, save_directory, corpus_format, max_shard_size)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        group=None,
+        embedder: torch.nn.Module | None = None,
+        expected_dim: int | None = None,
+        mmap: bool = True,
+        verify_checksums: bool = True,
+    ) -> Self:
+        """
+        Load a sharded save; a collective call. With N shards on W processes (W dividing N) each process loads its
+        N/W shards; one process (no process group) loads them all. The manifest, every shard's files (sizes and
+        sha256) and the block ranges are checked; any other number of processes is refused with what to do.
+        Arguments as [`RealmRetriever.from_pretrained`] (local folders only).
+        """
+        return load_sharded(cls, path, group, embedder, expected_dim, mmap, verify_checksums)
