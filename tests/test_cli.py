@@ -421,6 +421,10 @@ def test_train_pretrain(tmp_path):
     model = RealmForPreTraining.from_pretrained(tmp_path / "out")  # output_dir is relative to the config file
     assert model.retriever is not None and len(model.retriever) >= len(documents)
     assert json.loads((tmp_path / "out" / "train_results.json").read_text())["global_step"] == 2
+    # realm-hf's pre-training card, with the arguments this run really used.
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "library_name: realm-hf" in card and "pipeline_tag: fill-mask" in card
+    assert "max_steps" in card and "generated_from_trainer" not in card
 
 
 def test_train_config_errors(tmp_path, capsys):

@@ -249,6 +249,7 @@ def _train_pretrain(config: dict, args) -> dict:
         metrics["evaluations"] = evaluation_history(trainer)
     model.save_pretrained(config["output_dir"])
     tokenizer.save_pretrained(config["output_dir"])
+    _write_training_card(config["output_dir"], model, metrics, training_args, config)
     if config.get("export_components"):
         model.export_components(config["output_dir"])
     return metrics
