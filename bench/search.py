@@ -13,12 +13,20 @@ retriever embeddings (topic clusters in a low-rank subspace plus noise, then Lay
 is); `--vectors random` gives the unstructured worst case and `--vectors-file` takes real embeddings (`.npy`).
 
     python bench/search.py                                  # 1M blocks, 1000 queries
-    python bench/search.py --blocks 200000 --queries 200    # quick check
-    python bench/search.py --blocks 13353718 --index-types "Flat;IVF4096,Flat;IVF4096,SQ8;IVF4096,PQ32"
+    python bench/search.py --quick                          # tiny sizes: checks that it runs
+    python bench/search.py --blocks 13353718 --index-types "Flat;IVF4096,SQ8;HNSW32;IVF4096,PQ64x4fs rerank=4,50,100"
 
-At 13,353,718 blocks: the memmap is 6.8 GB on disk (`--workdir`), one index at a time is resident (Flat or IVF-Flat
-6.9 GB, HNSW32 ~10.5 GB and about an hour to build on 2 cores, SQ8 1.8 GB, PQ32 0.5 GB), the legacy baseline is timed
-on 20 questions (each reads the whole matrix), and the exact search of all queries gives the ground truth.
+An entry of `--index-types` may carry its own settings after the factory string (`nprobe=64,128`, `efSearch=64`,
+`rerank=50,100`, overriding `--nprobe`, `--ef-search`, `--rerank-factor`); each value gets a row from the same built
+index. Compressed indexes (PQ, SQ) get a row as searched and one per re-rank factor F: the k*F best candidates by code,
+re-scored exactly with the float32 vectors read from the memmap (page cache, not anonymous memory), as
+`RealmRetriever.search(..., rerank_factor=F)` re-scores from the corpus's memory-mapped embeddings. A summary line
+names the fastest row that fits `--memory-budget-mb` (1 GB) when scaled to 13,353,718 blocks at recall >= 0.99.
+
+At 13,353,718 blocks: the memmap is 6.4 GiB on disk (`--workdir`), one index at a time is resident (Flat or IVF-Flat
+6.9 GB, SQ8 1.8 GB, PQ32 or PQ64x4fs with ids ~0.7 GB), the legacy baseline is timed on 20 questions (each reads the
+whole matrix), and the exact search of all queries gives the ground truth. HNSW32 (~10 GB, about half an hour to an
+hour to build on 2 cores) is described instead of built above 5M blocks unless `--force-hnsw`.
 """
 
 from __future__ import annotations
@@ -176,7 +184,8 @@ def release_freed_memory() -> None:
         pass
 
 
-def measure_index(factory: str, blocks, queries, args, search_params: dict):
+def build_measured(factory: str, blocks, args):
+    """Build one index; returns `(index, build seconds, resident MB it added)` (anonymous memory, freed pages given back)."""
     release_freed_memory()
     before = rss_mb()
     start = time.perf_counter()
@@ -191,28 +200,97 @@ def measure_index(factory: str, blocks, queries, args, search_params: dict):
     build_s = time.perf_counter() - start
     note_memory()
     release_freed_memory()  # the training sample is garbage now
-    memory = rss_mb() - before
-    params = {k: v for k, v in search_params.items() if faiss_utils.get_search_param(index, k) is not None}
-    # As RealmRetriever.search: search parameters for the call, BLAS kernels for batches.
+    return index, build_s, rss_mb() - before
+
+
+def timed_search(index, factory: str, queries, k: int, params: dict):
+    """`(seconds, ids)` of one batched search, as `RealmRetriever.search` runs it (per-call parameters, BLAS batches)."""
     with faiss_utils.search_parameters(index, params, factory), faiss_utils.blas_for_batches(len(queries)):
-        index.search(queries[: min(10, len(queries))], args.k)  # warm-up
+        index.search(queries[: min(10, len(queries))], k)  # warm-up
         start = time.perf_counter()
-        scores, ids = index.search(queries, args.k * (args.rerank_factor if not faiss_utils.is_exact(index) else 1))
-        search_s = time.perf_counter() - start
+        _, ids = index.search(queries, k)
+        elapsed = time.perf_counter() - start
     note_memory()
-    return index, build_s, memory, search_s, scores, ids, params
+    return elapsed, ids
 
 
-def rerank(blocks, queries, ids, k):
-    """Exact re-scoring of compressed-code candidates with the stored vectors (what RealmRetriever.search does)."""
+def rerank(blocks, queries, ids, k, chunk: int = 64):
+    """
+    Exact re-scoring of compressed-code candidates with the float32 vectors of the memmap (what `RealmRetriever.search`
+    does with the corpus's memory-mapped `embeddings` column): the candidates' rows are read from the file's page
+    cache, `chunk` questions at a time, so the only anonymous memory is a `[chunk, candidates, dim]` buffer.
+    """
     start = time.perf_counter()
-    flat = ids.reshape(-1)
-    order = np.argsort(flat)
-    gathered = np.empty((len(flat), blocks.shape[1]), dtype=np.float32)
-    gathered[order] = blocks[flat[order]]  # sorted reads from the memmap
-    scores = np.einsum("bd,bkd->bk", queries, gathered.reshape(*ids.shape, -1))
-    top = np.argsort(-scores, axis=1)[:, :k]
-    return np.take_along_axis(ids, top, axis=1), time.perf_counter() - start
+    out = np.empty((len(ids), k), dtype=np.int64)
+    for lo in range(0, len(ids), chunk):
+        part = ids[lo : lo + chunk]
+        flat = part.reshape(-1)
+        order = np.argsort(flat)
+        gathered = np.zeros((len(flat), blocks.shape[1]), dtype=np.float32)
+        valid = flat[order] >= 0
+        gathered[order[valid]] = blocks[flat[order][valid]]  # sorted reads from the memmap
+        scores = np.einsum("bd,bkd->bk", queries[lo : lo + chunk], gathered.reshape(*part.shape, -1))
+        scores[part < 0] = -np.inf
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        out[lo : lo + chunk] = np.take_along_axis(part, top, axis=1)
+    return out, time.perf_counter() - start
+
+
+def ivf_breakdown(index) -> str | None:
+    """
+    Where an IVF index's bytes are: codes, ids (8 bytes per vector in the inverted lists: faiss's `idx_t`, stored
+    once: IVF indexes take the block ids natively, without an `IndexIDMap` that would add another 8) and the coarse
+    quantizer's centroids, with codes + ids extrapolated to the paper's corpus. What the resident memory holds beyond
+    that is the lists' allocation slack and the PQ/SQ codebooks.
+    """
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return None
+    mb = 2**20
+    codes = ivf.ntotal * ivf.code_size
+    ids = ivf.ntotal * 8
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    coarse = quantizer.ntotal * quantizer.d * 4  # the centroids (a Flat quantizer)
+    per_block = ivf.code_size + 8
+    return (
+        f"codes {codes / mb:.1f} MB ({ivf.code_size} B/block) + ids {ids / mb:.1f} MB (8 B/block) + coarse quantizer "
+        f"{coarse / mb:.1f} MB; at {PAPER_BLOCKS:,} blocks codes + ids take {PAPER_BLOCKS * per_block / mb:.0f} MB"
+    )
+
+
+PAPER_BLOCKS = 13_353_718
+# HNSW32 above this many blocks is described, not built, unless --force-hnsw: at the paper's 13.35M blocks it needs
+# ~10 GB of RAM (float32 vectors + 64 links per vector) and roughly half an hour to an hour to build on 2 cores.
+HNSW_MAX_BLOCKS = 5_000_000
+HNSW_BUILD_S_PER_MILLION = 100  # measured: HNSW32 over 1M structured vectors in 94 s on 2 threads
+
+
+def parse_ints(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        sys.exit(f"{name} takes positive integers separated by commas (e.g. 64,128), got {text!r}")
+    return values
+
+
+def parse_index_entry(entry: str, nprobes: list[int], ef_search: int, rerank_factors: list[int]):
+    """
+    `"IVF4096,PQ32 nprobe=64,128 rerank=50"` -> `(factory, nprobes, efSearch values, rerank factors)`: settings after
+    the factory string override `--nprobe`, `--ef-search` and `--rerank-factor` for that index; `None` for "".
+    """
+    if not entry.split():
+        return None
+    factory, *options = entry.split()
+    settings = {"nprobe": nprobes, "efSearch": [ef_search], "rerank": rerank_factors}
+    for option in options:
+        name, _, values = option.partition("=")
+        name = {"ef_search": "efSearch", "rerank_factor": "rerank"}.get(name, name)
+        if name not in settings or not values:
+            sys.exit(f"--index-types: unknown setting {option!r} for {factory} (nprobe=, efSearch= or rerank=)")
+        settings[name] = parse_ints(values, f"{name} of {factory}")
+    return factory, settings["nprobe"], settings["efSearch"], settings["rerank"]
 
 
 def main(argv=None):
@@ -224,13 +302,30 @@ def main(argv=None):
     parser.add_argument(
         "--index-types",
         default=DEFAULT_INDEX_TYPES,
-        help="';'-separated FAISS factory strings (commas belong to the factory strings)",
+        help="';'-separated FAISS factory strings (commas belong to the factory strings), each optionally followed by "
+        "its own settings: 'IVF4096,PQ64x4fs nprobe=64,128 rerank=50,100'",
     )
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--nprobe", type=int, default=64, help="IVF lists probed per query")
+    parser.add_argument("--nprobe", default="64", help="IVF lists probed per query; a comma list gives a row for each")
     parser.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch")
     parser.add_argument(
-        "--rerank-factor", type=int, default=4, help="compressed indexes: candidates re-scored exactly = k x this"
+        "--rerank-factor",
+        default="4",
+        help="compressed indexes (PQ, SQ): re-score k x F candidates exactly from the memmap; a comma list (e.g. "
+        "4,20) gives a row for each F",
+    )
+    parser.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=1024,
+        help=f"the summary names the fastest row whose resident memory, scaled to {PAPER_BLOCKS:,} blocks, stays "
+        "within this, at recall >= --recall-goal",
+    )
+    parser.add_argument("--recall-goal", type=float, default=0.99)
+    parser.add_argument(
+        "--force-hnsw",
+        action="store_true",
+        help=f"build HNSW indexes above {HNSW_MAX_BLOCKS:,} blocks too (~10 GB and 0.5-1 h on 2 cores at 13.35M)",
     )
     parser.add_argument("--train-size", type=int, default=None, help="IVF/PQ training sample (default 256 x lists)")
     parser.add_argument("--chunk-size", type=int, default=1_000_000, help="vectors generated / added per chunk")
@@ -245,32 +340,50 @@ def main(argv=None):
     parser.add_argument("--queries-file", help="real question embeddings, float32 [Q, D] .npy")
     parser.add_argument("--workdir", default=None, help="where the memmap goes (default: the temp dir)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes to check that it runs (20,000 blocks, 50 queries, IVF64 indexes, 1 thread)",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.blocks, args.queries, args.threads, args.chunk_size = 20_000, 50, 1, 8_192
+        args.legacy_queries = 10 if args.legacy_queries is None else args.legacy_queries
+        if args.index_types == DEFAULT_INDEX_TYPES:
+            args.index_types = "Flat;HNSW32;IVF64,Flat;IVF64,SQ8;IVF64,PQ16"
+        if args.nprobe == "64":
+            args.nprobe = "8"
+    nprobes = parse_ints(args.nprobe, "--nprobe")
+    rerank_factors = parse_ints(args.rerank_factor, "--rerank-factor")
 
     faiss.omp_set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    factories = [f.strip() for f in args.index_types.split(";") if f.strip()]
+    entries = [parse_index_entry(e, nprobes, args.ef_search, rerank_factors) for e in args.index_types.split(";")]
+    entries = [e for e in entries if e is not None]
+    factories = [e[0] for e in entries]
     if args.legacy_queries is None:
         args.legacy_queries = min(args.queries, 200 if args.blocks <= 2_000_000 else 20)
-    search_params = {"nprobe": args.nprobe, "efSearch": args.ef_search}
 
     with tempfile.TemporaryDirectory(prefix="realm-bench-", dir=args.workdir) as workdir:
         blocks, queries = make_vectors(args, workdir)
         n, dim = blocks.shape
         print(
             f"{n:,} blocks x {dim}-d, {len(queries):,} queries, k={args.k}, {args.threads} threads, "
-            f"nprobe={args.nprobe}, efSearch={args.ef_search}, faiss {faiss.__version__}, torch {torch.__version__}",
+            f"nprobe={args.nprobe}, efSearch={args.ef_search}, rerank factors {args.rerank_factor}, "
+            f"faiss {faiss.__version__}, torch {torch.__version__}",
             flush=True,
         )
-        rows = []
+        rows, notes = [], []
         legacy_qps = None
         if args.legacy_queries > 0:
             legacy_qps, legacy_ids = legacy_baseline(blocks, queries, args.k, args.legacy_queries)
             print(f"legacy einsum+topk: {legacy_qps:.2f} q/s over {args.legacy_queries} questions", flush=True)
 
         # Exact search first: its ids are the ground truth for every other index; then it is freed.
-        index, build_s, memory, search_s, _, truth, _ = measure_index("Flat", blocks, queries, args, {})
+        index, build_s, memory = build_measured("Flat", blocks, args)
+        search_s, truth = timed_search(index, "Flat", queries, args.k, {})
         del index
+        release_freed_memory()
         if legacy_qps is not None:
             legacy_recall = recall_at_k(legacy_ids, truth[: args.legacy_queries])
             rows.append(("legacy einsum+topk (1 question/call)", 0.0, n * dim * 4 / 2**20, legacy_qps, legacy_recall))
@@ -278,37 +391,66 @@ def main(argv=None):
             rows.append(("Flat", build_s, memory, len(queries) / search_s, 1.0))
         print(f"Flat: built in {build_s:.1f}s, {len(queries) / search_s:.1f} q/s", flush=True)
 
-        for factory in factories:
+        for factory, entry_nprobes, entry_ef, entry_factors in entries:
             if factory == "Flat":
                 continue
-            index, build_s, memory, search_s, _, ids, params = measure_index(
-                factory, blocks, queries, args, search_params
-            )
-            label = factory + "".join(f" {k}={v}" for k, v in params.items())
+            if "HNSW" in factory and n > HNSW_MAX_BLOCKS and not args.force_hnsw:
+                estimate = faiss_utils.nbytes_estimate(n, dim, factory) / 2**30
+                build_min = HNSW_BUILD_S_PER_MILLION * n / 1e6 * 2 / args.threads / 60
+                reason = (
+                    f"not measured: ~{estimate:.1f} GiB resident (float32 vectors + graph links), far over "
+                    f"{args.memory_budget_mb:.0f} MB, and ~{build_min:.0f}+ min to build on {args.threads} threads "
+                    "(--force-hnsw builds it)"
+                )
+                rows.append((factory, None, None, None, reason))
+                print(f"{factory}: {reason}", flush=True)
+                continue
+            index, build_s, memory = build_measured(factory, blocks, args)
             exact_codes = faiss_utils.is_exact(index)
+            breakdown = ivf_breakdown(index)
+            if breakdown:
+                notes.append(f"{factory}: resident {memory:.0f} MB = {breakdown}")
+            if faiss_utils.get_search_param(index, "nprobe") is not None:
+                settings = [{"nprobe": p} for p in entry_nprobes]
+            elif faiss_utils.get_search_param(index, "efSearch") is not None:
+                settings = [{"efSearch": e} for e in entry_ef]
+            else:
+                settings = [{}]
+            for params in settings:
+                label = factory + "".join(f" {k}={v}" for k, v in params.items())
+                search_s, ids = timed_search(index, factory, queries, args.k, params)
+                rows.append((label, build_s, memory, len(queries) / search_s, recall_at_k(ids, truth)))
+                print(f"{label}: built in {build_s:.1f}s, {len(queries) / search_s:.1f} q/s", flush=True)
+                if exact_codes:
+                    continue
+                for factor in entry_factors:
+                    fetch = min(n, args.k * factor)
+                    search_s, ids = timed_search(index, factory, queries, fetch, params)
+                    reranked, rerank_s = rerank(blocks, queries, ids, args.k)
+                    qps = len(queries) / (search_s + rerank_s)
+                    rows.append(
+                        (f"{label} +exact rerank x{factor}", build_s, memory, qps, recall_at_k(reranked, truth))
+                    )
             del index
             release_freed_memory()
-            if exact_codes:
-                rows.append((label, build_s, memory, len(queries) / search_s, recall_at_k(ids, truth)))
-            else:
-                rows.append((label, build_s, memory, len(queries) / search_s, recall_at_k(ids[:, : args.k], truth)))
-                reranked, rerank_s = rerank(blocks, queries, ids, args.k)
-                rows.append(
-                    (
-                        f"{label} +exact rerank x{args.rerank_factor}",
-                        build_s,
-                        memory,
-                        len(queries) / (search_s + rerank_s),
-                        recall_at_k(reranked, truth),
-                    )
-                )
-            print(f"{label}: built in {build_s:.1f}s, {len(queries) / search_s:.1f} q/s", flush=True)
 
-        header = ("index type", "build s", "memory MB", "queries/s", "speedup vs legacy", f"recall@{args.k} vs exact")
+        header = (
+            "index type",
+            "build s",
+            "memory MB",
+            "B/block",
+            "queries/s",
+            "speedup vs legacy",
+            f"recall@{args.k} vs exact",
+        )
         table = [header]
         for label, build_s, memory, qps, recall in rows:
+            if qps is None:
+                table.append((label, "-", "-", "-", "-", "-", "-"))
+                continue
             speedup = f"{qps / legacy_qps:.1f}x" if legacy_qps else "n/a"
-            table.append((label, f"{build_s:.1f}", f"{memory:.0f}", f"{qps:.1f}", speedup, f"{recall:.3f}"))
+            per_block = f"{memory * 2**20 / n:.0f}"
+            table.append((label, f"{build_s:.1f}", f"{memory:.0f}", per_block, f"{qps:.1f}", speedup, f"{recall:.3f}"))
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         print()
         for i, row in enumerate(table):
@@ -317,11 +459,39 @@ def main(argv=None):
             )
             if i == 0:
                 print("-+-".join("-" * w for w in widths))
+        print()
+        for label, _, _, _, reason in rows:
+            if isinstance(reason, str):
+                print(f"{label}: {reason}")
+        for note in notes:
+            print(note)
+        # The budget is for the paper's corpus: a row fits when its resident memory, scaled to that many blocks, does.
+        scale = PAPER_BLOCKS / n
+        fits = [
+            r
+            for r in rows
+            if r[3] is not None
+            and not r[0].startswith("legacy")
+            and r[2] * scale <= args.memory_budget_mb
+            and r[4] >= args.recall_goal
+        ]
+        goal = f"{args.memory_budget_mb:.0f} MB at {PAPER_BLOCKS:,} blocks and recall@{args.k} >= {args.recall_goal}"
+        if fits:
+            best = max(fits, key=lambda r: r[3])
+            speedup = f", {best[3] / legacy_qps:.0f}x legacy" if legacy_qps else ""
+            print(
+                f"fastest within {goal}: {best[0]} ({best[2] * scale:.0f} MB at that size, {best[3]:.0f} q/s{speedup}, "
+                f"recall {best[4]:.3f})"
+            )
+        else:
+            print(f"no row within {goal}")
         print(
-            f"\nmemory MB: resident anonymous memory added by building the index (legacy: the [N, D] float32 matrix). "
+            f"\nmemory MB: resident anonymous memory added by building the index (legacy: the [N, D] float32 matrix); "
+            "re-ranking reads the float32 vectors from the memmap (page cache, not counted). "
             f"Peak anonymous memory {PEAK_ANON_MB:.0f} MB; peak RSS {peak_rss_mb():.0f} MB (includes the memmap's "
             "reclaimable page cache)."
         )
+        return 0
 
 
 if __name__ == "__main__":

@@ -232,3 +232,22 @@ def test_train_step_bench_against_legacy(tmp_path, capsys):
     results = json.loads((tmp_path / "train_step.json").read_text())["results"]
     # Same model, corpus and kind of questions: both sides find answers in the beam at a similar rate.
     assert results[-1]["implementation"] == "legacy" and results[-1]["blocks_with_answer"] >= 0
+
+
+def test_search_bench_quick_runs(capsys, monkeypatch):
+    search = load_script("search")
+    # Above this size HNSW is described instead of built (at 13.35M blocks: ~10 GB, far over the 1 GB budget).
+    monkeypatch.setattr(search, "HNSW_MAX_BLOCKS", 10_000)
+    index_types = "Flat;HNSW32;IVF64,PQ16 nprobe=4,8 rerank=4,50"
+    assert search.main(["--quick", "--index-types", index_types, "--legacy-queries", "5"]) == 0
+    printed = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip(): line.split(" | ")[1:] for line in printed.splitlines() if " | " in line}
+    assert {"legacy einsum+topk (1 question/call)", "Flat", "HNSW32"} <= set(rows)
+    for nprobe in (4, 8):
+        assert f"IVF64,PQ16 nprobe={nprobe}" in rows
+        recalls = [
+            float(rows[f"IVF64,PQ16 nprobe={nprobe}{s}"][-1]) for s in ("", " +exact rerank x4", " +exact rerank x50")
+        ]
+        assert recalls[0] < recalls[2]  # exact re-ranking of more candidates recovers what the codes lose
+    assert "HNSW32: not measured:" in printed and "--force-hnsw" in printed
+    assert "IVF64,PQ16: resident" in printed and "ids 0.2 MB (8 B/block)" in printed

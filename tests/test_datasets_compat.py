@@ -11,6 +11,7 @@ import os
 import shutil
 
 import datasets
+import faiss
 import numpy as np
 import pytest
 import torch
@@ -177,3 +178,24 @@ def test_row_labels_out_of_range_are_a_clear_error(tmp_path):
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="labels outside the corpus rows"):
         RealmRetriever.from_pretrained(tmp_path / "bad")
+
+
+def test_fast_scan_ivf_index_is_saved_with_row_labels(tmp_path):
+    # Fast-scan IVF-PQ (`...x4fs`, BlockInvertedLists) keeps its ids in its lists like other IVF indexes: saved with
+    # corpus rows as labels (what datasets' API reads), loaded back to block ids.
+    from test_retrieval import structured_vectors
+
+    vectors = structured_vectors(2000, 16, seed=1)
+    queries = structured_vectors(5, 16, seed=2)
+    block_ids = np.arange(2000) * 3 + 11  # not row numbers
+    retriever = RealmRetriever.from_embeddings(
+        vectors, [str(i) for i in range(2000)], index="IVF8,PQ8x4fs", block_ids=block_ids
+    )
+    retriever.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["index_labels"] == "row"
+    _, live = retriever.index.search(queries, 20)
+    _, saved_rows = faiss.read_index(str(tmp_path / INDEX_NAME)).search(queries, 20)
+    assert block_ids[saved_rows].tolist() == live.tolist()
+    loaded = RealmRetriever.from_pretrained(tmp_path)
+    expected = retriever.search(queries, k=5, nprobe=8, rerank_factor=10)
+    assert torch.equal(loaded.search(queries, k=5, nprobe=8, rerank_factor=10).block_ids, expected.block_ids)

@@ -255,6 +255,34 @@ def test_approximate_index_recall(factory, params, floor):
     torch.testing.assert_close(out.scores, rescored, atol=1e-4, rtol=1e-5)
 
 
+def test_ivf_pq_rerank_is_exact_top_k_and_reads_vectors_in_pieces(monkeypatch):
+    # The 1 GB paper-scale setup (bench/search.py): IVF-PQ codes with block ids in the lists (no IDMap), candidates
+    # re-scored from the corpus's memory-mapped embeddings. Probing every list and re-scoring every block is exact.
+    from realm_hf.retrieval import corpus as corpus_module
+
+    vectors = structured_vectors(3000, PROJ, seed=1)
+    queries = structured_vectors(40, PROJ, seed=2)
+    texts = [f"block {i}" for i in range(len(vectors))]
+    approx = RealmRetriever.from_embeddings(vectors, texts, index="IVF16,PQ8", block_ids=np.arange(3000) * 2 + 5)
+    assert type(faiss.downcast_index(approx.index)).__name__ == "IndexIVFPQ"  # ids in the lists: 8 bytes, not 16
+    assert approx._corpus.dataset.cache_files  # the stored vectors are a memory-mapped file, not anonymous memory
+    gathered = []
+    gather = corpus_module.BlockCorpus._gather
+
+    def spy(self, column, rows):
+        if column == "embeddings":
+            gathered.append(len(rows))
+        return gather(self, column, rows)
+
+    monkeypatch.setattr(corpus_module.BlockCorpus, "_gather", spy)
+    out = approx.search(queries, k=5, return_blocks=False, nprobe=16, rerank_factor=len(vectors))
+    order, scores = brute_force(queries, vectors, 5)
+    assert out.block_ids.tolist() == (order * 2 + 5).tolist()
+    np.testing.assert_allclose(out.scores.numpy(), scores, rtol=1e-5, atol=1e-4)
+    # 40 x 3000 candidates are read a bounded number of rows at a time (Arrow's pool keeps what one take allocated).
+    assert sum(gathered) == 40 * 3000 and max(gathered) <= corpus_module.GATHER_ROWS < 40 * 3000
+
+
 def test_ivf_with_too_many_lists_is_reduced(caplog):
     vectors = structured_vectors(400, PROJ)
     with caplog.at_level(logging.WARNING):

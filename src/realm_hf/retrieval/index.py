@@ -536,12 +536,16 @@ class BlockIndex:
 
 
 def _array_lists(index: faiss.Index):
-    """The `ArrayInvertedLists` of an IVF index (also behind `IndexPreTransform`), else `None`."""
+    """
+    The in-memory inverted lists of an IVF index (also behind `IndexPreTransform`): `ArrayInvertedLists`, or the
+    `BlockInvertedLists` of fast-scan (`...x4fs`) indexes, whose ids are stored the same way; else `None`.
+    """
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is None:
         return None, None
     lists = faiss.downcast_InvertedLists(ivf.invlists)
-    return (ivf, lists) if isinstance(lists, faiss.ArrayInvertedLists) else (ivf, None)
+    in_memory = (faiss.ArrayInvertedLists, faiss.BlockInvertedLists)
+    return (ivf, lists) if isinstance(lists, in_memory) else (ivf, None)
 
 
 def can_relabel(index: faiss.Index) -> bool:

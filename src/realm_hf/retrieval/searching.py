@@ -122,7 +122,7 @@ def finish_search(
     ids = ids.astype(np.int64, copy=False)
     if not exact:
         # Compressed codes give approximate scores: re-score with the stored float32 vectors.
-        scores = np.einsum("bd,bkd->bk", queries, retriever._corpus.embeddings(ids, retriever.embedding_dim))
+        scores = rescore(retriever, queries, ids)
         scores[ids < 0] = -np.inf
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         ids = np.take_along_axis(ids, order, axis=1)
@@ -144,6 +144,26 @@ def finish_search(
     return RealmSearchOutput(
         block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks, block_embeddings=embeddings
     )
+
+
+# Candidate vectors re-scored per step: bounds the `[questions, candidates, dim]` float32 buffer (16 MB at 128-d)
+# however many questions and candidates one search has.
+RERANK_ROWS = 32_768
+
+
+def rescore(retriever: RealmRetriever, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """
+    Exact inner products of `queries` `[batch, dim]` with the stored embeddings of their candidates `ids`
+    `[batch, n]`, read from the corpus (memory-mapped: the OS pages the vectors in, the index keeps only codes) a few
+    questions at a time.
+    """
+    scores = np.empty(ids.shape, dtype=np.float32)
+    step = max(1, RERANK_ROWS // max(1, ids.shape[1]))
+    for start in range(0, len(ids), step):
+        part = slice(start, start + step)
+        vectors = retriever._corpus.embeddings(ids[part], retriever.embedding_dim)
+        scores[part] = np.einsum("bd,bkd->bk", queries[part], vectors)
+    return scores
 
 
 def warn_missing_results(retriever: RealmRetriever, k: int, num_questions: int) -> None:
