@@ -62,7 +62,12 @@ def parse_args(argv=None):
     parser.add_argument("--refresh-steps", type=int, default=100, help="Index refresh period (paper: 500).")
     parser.add_argument("--searcher-beam", type=int, default=64, help="Blocks per question in the retrieval loss.")
     parser.add_argument("--eval-questions", type=int, default=200)
-    parser.add_argument("--freeze-layers", type=int, default=4, help="Bottom encoder layers kept frozen (of 6).")
+    parser.add_argument(
+        "--freeze-layers", type=int, default=4, help="Bottom layers of the embedders kept frozen (of 6)."
+    )
+    parser.add_argument(
+        "--reader-freeze-layers", type=int, default=0, help="Bottom layers of the reader kept frozen (of 6)."
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="Rebuild and retrain even if a saved model exists.")
     return parser.parse_args(argv)
@@ -122,7 +127,11 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     model.add_document_embedder()
     if args.document_embedder == "frozen":
         model.freeze_document_embedder()
-    freeze_lower_layers(model, args.freeze_layers)
+    # The embedders already embed text (MiniLM was trained as a sentence encoder): their top layers adapt. The reader
+    # has to learn a new skill (picking the blanked term out of another entry's text) and trains every layer.
+    freeze_lower_layers(model.embedder, args.freeze_layers)
+    freeze_lower_layers(model.document_embedder, args.freeze_layers)
+    freeze_lower_layers(model.reader, args.reader_freeze_layers)
     bf16 = cpu_has_fast_bf16()  # about 1.6x faster for both embedding and training on such CPUs
     log("Embedding the corpus and building the FAISS index (exact inner product) ...")
     retriever = RealmRetriever.from_documents(
@@ -227,7 +236,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
             "warmup_steps": training_args.warmup_steps,
             "weight_decay": 0.01,
             "document embedder": "trained end to end" if callbacks else "frozen (index built once)",
-            "frozen encoder layers": args.freeze_layers,
+            "frozen encoder layers (embedders / reader)": f"{args.freeze_layers} / {args.reader_freeze_layers}",
             "searcher beam": args.searcher_beam,
             "precision": "bf16 autocast" if bf16 else "fp32",
             **(
