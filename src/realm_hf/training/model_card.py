@@ -54,7 +54,9 @@ class RealmModelCardMixin:
         """
         if not self.is_world_process_zero():
             return
-        from ..modelcard import write_model_card  # local import: the card code is needed only when a card is written
+        # Local imports: the card code is needed only when a card is written.
+        from ..modelcard import write_model_card
+        from ..modelcard.metadata import as_list
 
         dataset_tags, names, configs = (as_list(value) for value in (dataset_tags, dataset, dataset_args))
         eval_dataset = None
@@ -137,12 +139,6 @@ def data_columns(dataset) -> set[str]:
     except (TypeError, IndexError, KeyError):
         return set()
     return set(first) if isinstance(first, dict) else set()
-
-
-def as_list(value) -> list:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 __all__ = ["RealmModelCardMixin", "data_columns", "hub_base_model", "last_evaluation", "training_results"]
