@@ -427,6 +427,29 @@ def test_train_pretrain(tmp_path):
     assert "max_steps" in card and "generated_from_trainer" not in card
 
 
+def test_train_model_config_sets_training_settings_of_a_saved_model(converted, tmp_path, capsys):
+    """`model_config` with `model` was silently ignored; now its training settings apply and anything else is refused."""
+    qa_file = tmp_path / "train.jsonl"
+    qa_file.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["paris"]}) + "\n")
+    output = tmp_path / "run"
+    base = ["train", EXAMPLE_CONFIG, "--output-dir", output, "--set", f"model={converted}"]
+    base += ["--set", f"train_file={qa_file}", "--set", "eval_file=", "--set", "training_args.max_steps=1"]
+    base += ["--set", "training_args.save_strategy=no", "--set", "training_args.use_cpu=true"]
+    assert run(*base, "--set", "model_config.hidden_size=64") == 2
+    err = capsys.readouterr().err
+    assert "hidden_size cannot change a saved model" in err and "init_from_bert" in err
+    assert run(*base, "--set", "model_config.reader_beam_positive=maybe") == 2
+    assert "reader_beam_positive" in capsys.readouterr().err
+    assert not output.exists()
+
+    saved = RealmForOpenQA.from_pretrained(converted).config
+    assert saved.reader_beam_positive is False and saved.searcher_beam_size != 4
+    settings = ["--set", "model_config.reader_beam_positive=true", "--set", "model_config.searcher_beam_size=4"]
+    assert run(*base, *settings) == 0
+    trained = RealmForOpenQA.from_pretrained(output).config
+    assert trained.reader_beam_positive is True and trained.searcher_beam_size == 4
+
+
 def test_train_config_errors(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("task: finetune\noutput_dir: out\nlerning_rate: 0.1\n")

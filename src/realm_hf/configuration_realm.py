@@ -64,6 +64,13 @@ class RealmConfig(PreTrainedConfig):
             `searcher_beam_size` (REALM back-propagates into the document embedder through 8 candidates in
             pre-training). Defaults to `reader_beam_size`; a value of at least `searcher_beam_size` re-embeds the
             whole beam, and `0` none (the loss then does not reach the document embedder).
+        reader_beam_positive (`bool`, *optional*, defaults to `False`):
+            [`RealmForOpenQA`] training only: when none of a question's `reader_beam_size` top blocks holds an answer
+            but a lower-ranked block of its searcher beam does, the best-ranked such block takes the reader beam's
+            last place for that step, so the reader learns from every question whose searcher beam holds an answer,
+            not only from those the retriever already ranks well (as DPR trains its reader on a positive passage drawn
+            from the retrieved ones). The retrieval loss, a marginal over the whole searcher beam, is unchanged;
+            evaluation and inference always read the top blocks. `False` is REALM's fine-tuning.
         retriever_pooling (`str`, *optional*, defaults to `"cls"`):
             How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
@@ -152,6 +159,10 @@ class RealmConfig(PreTrainedConfig):
                 f"{document_gradient_beam_size!r}."
             )
         self.document_gradient_beam_size = document_gradient_beam_size
+        reader_beam_positive = kwargs.pop("reader_beam_positive", False)
+        if not isinstance(reader_beam_positive, bool):
+            raise ValueError(f"`reader_beam_positive` must be True or False, got {reader_beam_positive!r}.")
+        self.reader_beam_positive = reader_beam_positive
         retriever_pooling = kwargs.pop("retriever_pooling", "cls")
         if retriever_pooling not in RETRIEVER_POOLING_MODES:
             raise ValueError(

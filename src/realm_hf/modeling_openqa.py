@@ -15,10 +15,10 @@ from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
 from .openqa_answers import collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .openqa_retrieval import load_retriever_for_checkpoint, search_with_embeddings
+from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
-from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, tokenize_answers
+from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_loading import check_retriever_dim
 from .text_inputs import as_question_list, check_max_question_length, check_questions
 from .tokenization_realm import tokenizer_call
@@ -303,20 +303,35 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             )
 
         reader_beam_size = min(reader_beam_size, k)
-        # Pairs for the blocks read; whether each block of the searcher beam holds an answer, from the corpus's
-        # stored token ids (tokenizing thousands of pairs per question dominated a training step).
-        reader_inputs = build_beam_reader_inputs(
-            tokenizer,
-            questions,
-            retriever,
-            block_ids,
-            answer_ids,
-            max_length=self.config.reader_seq_len,
-            reader_beam_size=reader_beam_size,
-            return_offsets_mapping=getattr(tokenizer, "is_fast", False),
-            # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
-            block_texts=[[block["text"] for block in row] for row in search.blocks],
-        ).to(self.reader.device)
+
+        def read_inputs(block_ids, blocks):
+            # Pairs for the blocks read; whether each block of the searcher beam holds an answer, from the corpus's
+            # stored token ids (tokenizing thousands of pairs per question dominated a training step).
+            return build_beam_reader_inputs(
+                tokenizer,
+                questions,
+                retriever,
+                block_ids,
+                answer_ids,
+                max_length=self.config.reader_seq_len,
+                reader_beam_size=reader_beam_size,
+                return_offsets_mapping=getattr(tokenizer, "is_fast", False),
+                # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
+                block_texts=[[block["text"] for block in row] for row in blocks],
+            ).to(self.reader.device)
+
+        reader_inputs = read_inputs(block_ids, search.blocks)
+        order = None
+        positive = self.training and getattr(self.config, "reader_beam_positive", False)
+        if positive and reader_inputs.has_answers is not None:
+            order = positive_block_order(reader_inputs.has_answers, reader_beam_size)
+        if order is not None:
+            # A block holding an answer from further down the searcher beam is read in the last place; the retrieval
+            # loss is a marginal over the whole beam, so only the order changes.
+            search = reorder_search(search, order)
+            block_ids = search.block_ids
+            relevance_score = relevance_score.gather(1, order.to(relevance_score.device))
+            reader_inputs = read_inputs(block_ids, search.blocks)
         reader_output = self.reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],

@@ -38,6 +38,23 @@ def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int)
     return search
 
 
+def reorder_search(search, order: torch.LongTensor):
+    """
+    `search` (a [`~realm_hf.retrieval.searching.RealmSearchOutput`]) with each question's results in a new order:
+    `order[b]` lists, for each new place, the old place of question `b`'s result.
+    """
+    gather = lambda t: None if t is None else t.gather(1, order.to(t.device))  # noqa: E731
+    embeddings = search.block_embeddings
+    if embeddings is not None:
+        embeddings = embeddings.gather(1, order.to(embeddings.device).unsqueeze(-1).expand_as(embeddings))
+    return type(search)(
+        block_ids=gather(search.block_ids),
+        scores=gather(search.scores),
+        blocks=[[row[i] for i in row_order] for row, row_order in zip(search.blocks, order.tolist())],
+        block_embeddings=embeddings,
+    )
+
+
 def load_retriever_for_checkpoint(
     model: RealmForOpenQA, path, allow_pickle: bool = False, verify_checksums: bool = True, **kwargs
 ):

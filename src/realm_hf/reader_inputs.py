@@ -398,3 +398,30 @@ def _pad_encoding(tokenizer, encoded, length: int) -> dict:
     }
     extra = length - current
     return {key: [list(row) + [fill[key]] * extra for row in rows] for key, rows in encoded.items() if key in fill}
+
+
+def positive_block_order(has_answers: torch.Tensor, reader_beam_size: int) -> torch.LongTensor | None:
+    """
+    For `config.reader_beam_positive`: a reordering of each question's searcher beam (`(batch_size, k)` indices into
+    it) that swaps the best-ranked block holding an answer into the reader beam's last place, for the questions whose
+    first `reader_beam_size` blocks hold none and a later block does; other questions keep their order. `None` when no
+    question needs it.
+
+    Args:
+        has_answers (`torch.BoolTensor` of shape `(batch_size, k)`): Whether each block of the beam holds an answer.
+        reader_beam_size (`int`): Blocks the reader reads per question.
+    """
+    has = has_answers.bool()
+    batch_size, k = has.shape
+    if reader_beam_size < 1 or reader_beam_size >= k:
+        return None
+    needs = ~has[:, :reader_beam_size].any(-1) & has[:, reader_beam_size:].any(-1)
+    if not bool(needs.any()):
+        return None
+    # argmax over a 0/1 row returns its first 1: the best-ranked block holding an answer.
+    first = reader_beam_size + has[:, reader_beam_size:].to(torch.int8).argmax(-1)
+    order = torch.arange(k, device=has.device).expand(batch_size, k).clone()
+    rows = needs.nonzero().squeeze(-1)
+    order[rows, reader_beam_size - 1] = first[rows]
+    order[rows, first[rows]] = reader_beam_size - 1
+    return order

@@ -48,6 +48,38 @@ def _training_arguments(config: dict, **defaults):
         raise CLIError(str(err)) from err
 
 
+# What `model_config` may change on a saved model: how it retrieves and reads while training, not its shape.
+_RUNTIME_CONFIG_KEYS = (
+    "searcher_beam_size",
+    "reader_beam_size",
+    "document_gradient_beam_size",
+    "reader_beam_positive",
+)
+
+
+def _apply_model_config(model, overrides: dict) -> None:
+    """Set `model_config`'s training settings on a model loaded from `model`, checked as `RealmConfig` checks them."""
+    if not overrides:
+        return
+    from ...configuration_realm import RealmConfig
+
+    if not isinstance(overrides, dict):
+        raise CLIError(f"model_config must be a mapping of config keys to values, got {overrides!r}.")
+    fixed = sorted(set(overrides) - set(_RUNTIME_CONFIG_KEYS))
+    if fixed:
+        raise CLIError(
+            f"model_config key(s) {', '.join(fixed)} cannot change a saved model (its weights were trained with "
+            f"its own); with `model` only {', '.join(_RUNTIME_CONFIG_KEYS)} can be set. To build a model of another "
+            "shape, start from `init_from_bert`."
+        )
+    try:
+        checked = RealmConfig(**{**model.config.to_dict(), **overrides})
+    except (TypeError, ValueError) as err:
+        raise CLIError(f"model_config: {err}") from err
+    for key in overrides:
+        setattr(model.config, key, getattr(checked, key))
+
+
 def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
     from ...retrieval_realm import RealmRetriever
 
@@ -109,6 +141,7 @@ def _train_finetune(config: dict, args) -> dict:
     if config.get("model"):
         require_local_or_hub(config["model"], "model")
         model = RealmForOpenQA.from_pretrained(config["model"], allow_pickle=bool(config.get("allow_pickle")))
+        _apply_model_config(model, config.get("model_config"))
         tokenizer = None
     else:
         from ...initialization import init_from_bert
@@ -185,6 +218,7 @@ def _train_pretrain(config: dict, args) -> dict:
     overrides = config.get("model_config") or {}
     if config.get("model"):
         model = RealmForPreTraining.from_pretrained(config["model"])
+        _apply_model_config(model, overrides)
         tokenizer = load_tokenizer(config["model"])
     elif config.get("init_from_bert"):
         from ...initialization import init_from_bert
