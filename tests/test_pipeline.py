@@ -495,6 +495,46 @@ def test_pipeline_save_pretrained_round_trip(tiny, qa, tmp_path):
         assert_same_answers(reloaded(question, top_k=3), qa(question, top_k=3))
 
 
+def _directory_digest(path):
+    import hashlib
+
+    digest = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                digest[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+    return digest
+
+
+def test_pipeline_save_failing_at_the_tokenizer_keeps_the_previous_save(tiny, qa, tmp_path, monkeypatch):
+    """The tokenizer was written after the model's all-or-nothing swap: a failure there left new weights, old rest."""
+    target = tmp_path / "saved"
+    qa.save_pretrained(target)
+    before = _directory_digest(target)
+
+    save_tokenizer = type(qa.tokenizer).save_pretrained
+
+    def disk_full(self, save_directory, *args, **kwargs):
+        # The model's own copy in retriever/ still saves: the disk fills up at the top-level tokenizer.
+        if "retriever" in os.path.relpath(save_directory, tmp_path):
+            return save_tokenizer(self, save_directory, *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    weight = qa.model.reader.qa_outputs.dense_output.bias
+    original = weight.detach().clone()
+    monkeypatch.setattr(type(qa.tokenizer), "save_pretrained", disk_full)
+    try:
+        with torch.no_grad():
+            weight.add_(1.0)  # this save's weights differ from the first one's
+        with pytest.raises(OSError, match="No space left"):
+            qa.save_pretrained(target)
+    finally:
+        with torch.no_grad():
+            weight.copy_(original)
+    assert _directory_digest(target) == before
+
+
 def assert_same_answers(got, expected, abs=1e-5):
     """Same answers, offsets and blocks; scores equal up to float noise."""
     got, expected = (got if isinstance(got, list) else [got]), (expected if isinstance(expected, list) else [expected])

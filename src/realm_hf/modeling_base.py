@@ -75,7 +75,8 @@ class RealmPreTrainedModel(PreTrainedModel):
         process is killed: see [`realm_hf.file_utils.staged_save`]. The retriever's manifest records the sha256 of
         the weights saved with it, so that weights and index from two different saves are refused at load.
 
-        Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
+        A `tokenizer=` keyword (not a transformers argument) saves that tokenizer in the same swap, so weights and
+        tokenizer are never from two saves. Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
         files in the directory, such as a Trainer's `checkpoint-*` folders, are kept. `retriever/` belongs to the
         model: it is replaced as a whole. Saved without a retriever, a directory keeps the one it has.
         """
@@ -87,6 +88,8 @@ class RealmPreTrainedModel(PreTrainedModel):
             write_retriever,
         )
 
+        # Not transformers' argument: a tokenizer saved in the same all-or-nothing swap as the weights.
+        tokenizer = kwargs.pop("tokenizer", None)
         save_directory = os.path.abspath(os.fspath(save_directory))
         prepare_save(self)
         self.config.auto_map = model_auto_map(self)
@@ -109,6 +112,8 @@ class RealmPreTrainedModel(PreTrainedModel):
                 rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
             if write_extra is not None:
                 write_extra(save.staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(save.staging)
             written = sorted(os.listdir(save.staging))
             if rebound:
                 # Only the kept retriever's manifest changes (it names the new weights), not the folder.

@@ -162,6 +162,9 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 `retriever/` already in the directory is kept (and now goes with these weights).
             model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
                 written by hand in an existing card is kept.
+            tokenizer (*optional*): A tokenizer to save in the same all-or-nothing swap (the pipeline and
+                `realm-hf train` pass theirs), so that a crash never leaves weights of one save beside the tokenizer of
+                another.
         """
         if hasattr(self.retriever, "__len__"):
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).

@@ -407,6 +407,12 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if os.path.isfile(save_directory):
             raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
         os.makedirs(save_directory, exist_ok=True)
+        from ..modeling_base import RealmPreTrainedModel
+
+        if isinstance(self.model, RealmPreTrainedModel) and self.tokenizer is not None:
+            # One all-or-nothing save for weights, corpus, index and tokenizer (see RealmForOpenQA.save_pretrained).
+            self.model.save_pretrained(save_directory, tokenizer=self.tokenizer, **kwargs)
+            return
         self.model.save_pretrained(save_directory, **kwargs)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)

@@ -197,8 +197,7 @@ def _train_finetune(config: dict, args) -> dict:
 
         save_adapter(training_model, os.path.join(output_dir, "adapter"))
         final_model = merge_adapter(training_model)
-    final_model.save_pretrained(output_dir)
-    model.retriever.tokenizer.save_pretrained(output_dir)
+    final_model.save_pretrained(output_dir, tokenizer=model.retriever.tokenizer)
     _write_training_card(output_dir, final_model, metrics, training_args, config)
     return metrics
 
@@ -281,8 +280,7 @@ def _train_pretrain(config: dict, args) -> dict:
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
         metrics["evaluations"] = evaluation_history(trainer)
-    model.save_pretrained(config["output_dir"])
-    tokenizer.save_pretrained(config["output_dir"])
+    model.save_pretrained(config["output_dir"], tokenizer=tokenizer)
     _write_training_card(config["output_dir"], model, metrics, training_args, config)
     if config.get("export_components"):
         model.export_components(config["output_dir"])
