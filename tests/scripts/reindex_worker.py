@@ -5,37 +5,21 @@ Writes the refreshed index's embeddings (from rank 0) and whether all ranks hold
 """
 
 import json
-import os
 import sys
 
 import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs
+from tiny_openqa import QUESTIONS, end_to_end_model
 from torch.utils.data import DataLoader
 
-from realm_hf import RealmForOpenQA
 from realm_hf.training.callbacks import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA
-
-LEGACY_OPENQA = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy", "openqa")
-QUESTIONS = [
-    {"question": "What is the capital of France?", "answers": ["paris"]},
-    {"question": "Who created the Python language?", "answers": ["guido van rossum", "guido"]},
-    {"question": "Which country is Paris in?", "answers": ["france", "europe"]},
-    {"question": "What is the capital of England?", "answers": ["london"]},
-]
 
 
 def main(out_path):
     # The legacy checkpoints' unused MLM heads get no gradient.
     accelerator = Accelerator(cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
-    torch.manual_seed(0)
-    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
-    model.config.searcher_beam_size = 6
-    model.add_document_embedder()
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    model = end_to_end_model()
     retriever = model.retriever
     collator = DataCollatorForOpenQA(retriever.tokenizer)
     # The global batch is 4 in both runs: 1 process x 4 questions, or 2 processes x 2.

@@ -26,12 +26,6 @@ NUM_BLOCKS, DIM, K = 300, 16, 7
 BATCHES = [(3, 5), (0, 4), (1, 1), (24, 17)]
 # Exhaustive IVF: every inverted list probed, in the single index and in each shard's (nlist <= 4 everywhere).
 SEARCH_PARAMS = {"Flat": {}, "IVF4,Flat": {"nprobe": 4}}
-QUESTIONS = [
-    {"question": "What is the capital of France?", "answers": ["paris"]},
-    {"question": "Who created the Python language?", "answers": ["guido van rossum", "guido"]},
-    {"question": "Which country is Paris in?", "answers": ["france", "europe"]},
-    {"question": "What is the capital of England?", "answers": ["london"]},
-]
 
 
 def search_corpus(index: str):
@@ -105,18 +99,13 @@ def build_from_documents(record: dict) -> None:
 
 def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     """A few Open-QA training steps retrieving through shards, the document embedder refreshing each shard locally."""
-    from realm_hf import RealmForOpenQA, ShardedRealmRetriever
+    from tiny_openqa import QUESTIONS, end_to_end_model  # this script's folder: run as a script only
+
+    from realm_hf import ShardedRealmRetriever
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import DataCollatorForOpenQA
 
-    torch.manual_seed(0)
-    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
-    model.config.searcher_beam_size = 6
-    model.add_document_embedder()
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    model = end_to_end_model()
     sharded = ShardedRealmRetriever.from_retriever(model.retriever)
     model.set_retriever(sharded)
     record["refresh_local_blocks"] = sharded.local_block_ids.tolist()
@@ -162,17 +151,14 @@ def train_with_trainer(record: dict, out_dir: str) -> None:
     """RealmOpenQATrainer with checkpoints: every process saves its shard into checkpoint-2/retriever/, and resuming
     from it restores the shards."""
     import datasets
+    from tiny_openqa import QUESTIONS, end_to_end_model  # this script's folder: run as a script only
     from transformers import TrainingArguments
 
-    from realm_hf import RealmForOpenQA, ShardedRealmRetriever
+    from realm_hf import ShardedRealmRetriever
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import RealmOpenQATrainer
 
-    torch.manual_seed(0)
-    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
-    model.config.searcher_beam_size = 6
-    model.add_document_embedder()
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
+    model = end_to_end_model(dropout=True)
     sharded = ShardedRealmRetriever.from_retriever(model.retriever)
     model.set_retriever(sharded)
 
