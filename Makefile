@@ -56,6 +56,7 @@ bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 co
 	$(PY) bench/train_memory.py
 	REALM_LEGACY_PYTHON=$(LEGACY_VENV)/bin/python $(PY) bench/train_step.py
 	$(PY) bench/learning_foldoc.py
+	$(PY) bench/retrieval_ceiling_foldoc.py
 	$(PY) bench/cli_startup.py
 
 clean: ## Remove build artefacts and the demo output

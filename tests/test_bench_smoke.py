@@ -167,6 +167,60 @@ def test_learning_bench_quick_runs_every_claim(tmp_path, capsys):
     assert all(0.0 <= row["after"] <= 1.0 and 0.0 <= row["baseline_value"] <= 1.0 for row in rows)
 
 
+def test_retrieval_ceiling_bench_quick_runs_every_probe(tmp_path, capsys):
+    """bench/retrieval_ceiling_foldoc.py end to end on a tiny BERT and a slice of the shipped FOLDOC extract."""
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 160
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    ceiling = load_script("retrieval_ceiling_foldoc")
+    out = tmp_path / "ceiling.json"
+    args = ["--quick", "--bert", str(bert), "--freeze-layers", "1", "--link-freeze-layers", "1", "--dtype", "fp32"]
+    assert ceiling.main(args + ["--threads", "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| probe |" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["probe"][0] for row in rows] == ["s", "A", "B", "C"]
+    # B adds corpus link sentences to A's questions; every metric is a fraction of the held-out questions.
+    assert 0 < rows[1]["pairs"] < rows[2]["pairs"] == rows[3]["pairs"]
+    assert all(0.0 <= row[key] <= 1.0 for row in rows for key in row if "@" in key)
+    # Recall can only grow with k.
+    assert all(row["answer_recall@1"] <= row["answer_recall@5"] <= row["answer_recall@20"] for row in rows)
+    assert all(row["linked_entry@1"] <= row["linked_entry@3"] <= row["linked_entry@20"] for row in rows)
+
+
+def test_retrieval_ceiling_corpus_questions_blank_the_link_and_never_name_it():
+    ceiling = load_script("retrieval_ceiling_foldoc")
+    from realm_hf.metrics import has_answer
+
+    text = "A daft way of encoding text with question marks and exclamation marks."
+    task = {
+        "masked_sentences": [
+            # "exclamation mark" blanked; the question still says "exclamation marks": must be skipped.
+            {
+                "text": text + " See exclamation mark.",
+                "salient_spans": [[52, 68]],
+                "source_title": "!!!Batch",
+                "answer_target": "exclamation mark",
+            },
+            {"text": text, "salient_spans": [[33, 47]], "source_title": "!!!Batch", "answer_target": "question mark"},
+        ]
+    }
+    questions = ceiling.corpus_link_questions(task, None, seed=0)
+    assert len(questions) == 1
+    (q,) = questions
+    assert q["question"] == "A daft way of encoding text with ___ and exclamation marks."
+    assert q["answers"] == ["question marks", "question mark"] and q["exclude_source"]
+    assert q["source_title"] == "!!!Batch" and not has_answer(q["question"], q["answers"])
+
+
 def test_learning_bench_noise_rule():
     learning = load_script("learning_foldoc")
     # 300 questions: 0.30 vs 0.25 is under two standard errors of the difference (~0.073), 0.30 vs 0.15 is not.
