@@ -453,6 +453,50 @@ def test_push_to_hub_uploads_one_repo_that_loads_back(saved, tmp_path, monkeypat
     assert_same_model_answers(answers_of(reloaded), answers_of(model))
 
 
+def test_weights_pushed_beside_another_saves_index_are_refused_at_load(saved, tmp_path, monkeypatch):
+    """push_to_hub records the weights' sha256 with the index; a repo whose weights changed alone does not load."""
+    model, _, _ = saved
+    hub = RecordingHub(tmp_path)
+    hub.install(monkeypatch)
+    push_to_hub(model, "realm-test/bound")
+    (upload,) = hub.uploads
+    folder = upload["folder"]
+    manifest = json.loads((folder / "retriever" / "retriever_manifest.json").read_text())
+    weights = (folder / "model.safetensors").read_bytes()
+    assert manifest["model_files"] == {
+        "model.safetensors": {"size": len(weights), "sha256": hashlib.sha256(weights).hexdigest()}
+    }
+
+    # Other weights of the same shapes (same size on disk) uploaded over the old ones, the old index kept.
+    other = RealmForOpenQA(model.config)
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        other.embedder.cls.dense.weight.mul_(-1.0)
+    other.save_pretrained(tmp_path / "other", save_retriever=False, model_card=False)
+    shutil.copy(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
+    cache = str(tmp_path / "cache")
+    populate_cache(str(folder), "realm-test/bound", cache)
+    with pytest.raises(ValueError, match="not the ones its retriever/ folder") as error:
+        RealmForOpenQA.from_pretrained("realm-test/bound", cache_dir=cache)
+    assert "push_to_hub" in str(error.value) and "load_retriever=False" in str(error.value)
+    # The weights alone still load, for attaching a corpus by hand.
+    alone = RealmForOpenQA.from_pretrained("realm-test/bound", cache_dir=cache, load_retriever=False)
+    assert alone.retriever is None
+    assert torch.equal(alone.embedder.cls.dense.weight, other.embedder.cls.dense.weight)
+
+
+def test_save_pretrained_corpus_format_is_checked_and_used(saved, tmp_path):
+    model = saved[0]
+    with pytest.raises(ValueError, match="corpus_format must be 'arrow' or 'parquet'"):
+        model.save_pretrained(tmp_path / "bad", corpus_format="csv")
+    assert not (tmp_path / "bad" / "model.safetensors").exists()
+    model.save_pretrained(tmp_path / "pq", corpus_format="parquet", model_card=False)
+    corpus = tmp_path / "pq" / "retriever" / "corpus"
+    assert any(name.endswith(".parquet") for name in os.listdir(corpus))
+    reloaded = RealmForOpenQA.from_pretrained(tmp_path / "pq")
+    assert_same_model_answers(answers_of(reloaded), answers_of(model))
+
+
 def test_push_to_hub_without_retriever_and_to_a_branch(saved, tmp_path, monkeypatch):
     hub = RecordingHub(tmp_path)
     hub.install(monkeypatch)

@@ -130,6 +130,7 @@ def load_retriever_from_hub(
     token: str | bool | None = None,
     local_files_only: bool = False,
     follow_reference: bool = True,
+    verify_checksums: bool = True,
 ):
     r"""
     Load the retriever that belongs to a model repo on the Hub: its `retriever/` folder, or else the dataset repo its
@@ -144,6 +145,13 @@ def load_retriever_from_hub(
         revision, cache_dir, token, local_files_only: As given to `from_pretrained`.
         follow_reference (`bool`, *optional*, defaults to `True`): Follow `config.retriever_repo_id` when the repo
             has no `retriever/` folder.
+        verify_checksums (`bool`, *optional*, defaults to `True`): Also compare the sha256 of the weights and the
+            retriever's files with those its manifest recorded (sizes are always compared).
+
+    Raises:
+        `ValueError`: The repo's weights are not the ones its `retriever/` folder was saved with (its manifest's
+            `model_files`, written by [`push_to_hub`] and `save_pretrained`), e.g. new weights uploaded beside an
+            old index.
 
     Returns:
         [`RealmRetriever`] or `None` (no retriever anywhere: the model can still read a given context).
@@ -157,7 +165,8 @@ def load_retriever_from_hub(
         local_files_only=local_files_only,
     )
     if local is not None:
-        return _retriever_from_dir(model, local)
+        _check_weights_of_repo(local, repo_id, revision, verify_checksums)
+        return _retriever_from_dir(model, local, verify_checksums)
     if follow_reference:
         return load_referenced_retriever(
             model,
@@ -220,10 +229,30 @@ def load_referenced_retriever(
     return _retriever_from_dir(model, local)
 
 
-def _retriever_from_dir(model, path: str):
+def _retriever_from_dir(model, path: str, verify_checksums: bool = True):
     from .retriever_loading import load_retriever_for_model
 
-    return load_retriever_for_model(model, path)
+    return load_retriever_for_model(model, path, verify_checksums=verify_checksums)
+
+
+def _check_weights_of_repo(retriever_dir: str, repo_id: str, revision: str | None, verify_checksums: bool) -> None:
+    """
+    Refuse a repo whose weights are not the ones its `retriever/` folder was saved with. The weights transformers
+    fetched for the same commit sit in the same cache snapshot, one level up.
+    """
+    from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
+
+    try:
+        check_model_files(retriever_dir, os.path.dirname(os.path.normpath(retriever_dir)), verify_checksums)
+    except (OSError, ValueError) as err:
+        at = f" at revision {revision!r}" if revision else ""
+        raise ValueError(
+            f"The weights of {repo_id!r}{at} are not the ones its retriever/ folder (corpus and index) was saved with, "
+            f"so its answers would come from an index built for other weights ({err}). Push the model again with "
+            "`model.push_to_hub(...)`, which uploads weights and index together; if the repo changed while it was "
+            "being downloaded, load it again or pin `revision=` to a commit; or load the weights alone "
+            "(`load_retriever=False`) and attach a corpus (`retriever=...`)."
+        ) from None
 
 
 def set_retriever_reference(
@@ -329,10 +358,15 @@ def push_to_hub(
     card_kwargs.setdefault("model_id", repo_id)
     save_retriever = save_retriever and retriever is not None
     with tempfile.TemporaryDirectory() as tmp_dir:
-        model.save_pretrained(tmp_dir, save_retriever=False, max_shard_size=max_shard_size)
-        if save_retriever:
-            # Parquet shards rather than the local default (Arrow): compact, and readable by any Parquet tool.
-            retriever.save_pretrained(os.path.join(tmp_dir, RETRIEVER_SUBFOLDER), corpus_format="parquet")
+        # One save, so the retriever's manifest records the sha256 of these weights (checked when the repo is
+        # loaded); Parquet shards rather than the local default (Arrow): compact, and readable by any Parquet tool.
+        model.save_pretrained(
+            tmp_dir,
+            save_retriever=save_retriever,
+            corpus_format="parquet",
+            model_card=False,  # written below, with the repo's hand-written text
+            max_shard_size=max_shard_size,
+        )
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp_dir)
         # Regenerated here even if save_pretrained wrote one: the repo's README holds the hand-written text to keep.

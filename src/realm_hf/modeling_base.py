@@ -76,7 +76,8 @@ class RealmPreTrainedModel(PreTrainedModel):
         the weights saved with it, so that weights and index from two different saves are refused at load.
 
         A `tokenizer=` keyword (not a transformers argument) saves that tokenizer in the same swap, so weights and
-        tokenizer are never from two saves. Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
+        tokenizer are never from two saves; `corpus_format=` (`"arrow"`, the default, or `"parquet"`) is the format
+        `retriever`'s corpus is written in. Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
         files in the directory, such as a Trainer's `checkpoint-*` folders, are kept. `retriever/` belongs to the
         model: it is replaced as a whole. Saved without a retriever, a directory keeps the one it has.
         """
@@ -88,8 +89,12 @@ class RealmPreTrainedModel(PreTrainedModel):
             write_retriever,
         )
 
-        # Not transformers' argument: a tokenizer saved in the same all-or-nothing swap as the weights.
+        # Not transformers' arguments: a tokenizer saved in the same all-or-nothing swap as the weights, and the
+        # retriever's corpus format (Parquet when pushing to the Hub).
         tokenizer = kwargs.pop("tokenizer", None)
+        corpus_format = kwargs.pop("corpus_format", "arrow")
+        if corpus_format not in ("arrow", "parquet"):
+            raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
         save_directory = os.path.abspath(os.fspath(save_directory))
         prepare_save(self)
         self.config.auto_map = model_auto_map(self)
@@ -107,7 +112,9 @@ class RealmPreTrainedModel(PreTrainedModel):
             staged_retriever = os.path.join(save.staging, RETRIEVER_SUBFOLDER)
             rebound = False
             if retriever is not None:
-                write_retriever(retriever, staged_retriever, model_files=record_model_files(save.staging))
+                write_retriever(
+                    retriever, staged_retriever, corpus_format, model_files=record_model_files(save.staging)
+                )
             elif os.path.isdir(retriever_dir):
                 rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
             if write_extra is not None:

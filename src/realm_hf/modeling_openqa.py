@@ -165,6 +165,9 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             tokenizer (*optional*): A tokenizer to save in the same all-or-nothing swap (the pipeline and
                 `realm-hf train` pass theirs), so that a crash never leaves weights of one save beside the tokenizer of
                 another.
+            corpus_format (`str`, *optional*, defaults to `"arrow"`): Format of the saved corpus: `"arrow"`
+                (memory-mapped on load) or `"parquet"` (shards any Parquet tool reads; what
+                [`~RealmForOpenQA.push_to_hub`] uploads). See [`RealmRetriever.save_pretrained`].
         """
         if hasattr(self.retriever, "__len__"):
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).

@@ -69,6 +69,7 @@ def load_retriever_for_checkpoint(
         return load_retriever_from_hub(
             model,
             path,
+            verify_checksums=verify_checksums,
             **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
         )
     retriever_dir = prepare_local_load(path)
