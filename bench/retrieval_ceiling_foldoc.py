@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import random
 import sys
@@ -35,6 +36,10 @@ import time
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import demo_foldoc as demo  # noqa: E402  (the demo's task and model start, so both measure the same thing)
 
 
 def log(message: str) -> None:
@@ -75,12 +80,11 @@ def parse_args(argv=None):
 
 
 def build(args):
-    """The demo's task, split, model start and exact index (same seed, same order of random draws)."""
+    """The demo's task, split, model start and exact index (`examples/demo_foldoc.py`'s own functions, same seed)."""
     from transformers import set_seed
 
-    from realm_hf import RealmForOpenQA, RealmTokenizer
-    from realm_hf.data.foldoc import load_foldoc, make_cross_document_task, split_questions
-    from realm_hf.initialization import init_from_bert
+    from realm_hf import RealmTokenizer
+    from realm_hf.data.foldoc import load_foldoc
     from realm_hf.precision import resolve_autocast_dtype
     from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.optimization import freeze_lower_layers
@@ -95,25 +99,12 @@ def build(args):
     )
     if args.entries:
         entries = entries[: args.entries]
-    task = make_cross_document_task(
-        entries, num_questions=args.questions, seed=args.seed, max_entry_chars=args.max_entry_chars
-    )
     tokenizer = RealmTokenizer.from_pretrained(args.bert)
-    lengths = [len(ids) for ids in tokenizer([q["question"] for q in task["questions"]])["input_ids"]]
-    questions = [q for q, n in zip(task["questions"], lengths) if n <= 60]
-    train, held_out = split_questions(questions, held_out_fraction=0.1, seed=args.seed)
-    held_out = held_out[: args.eval_questions]
-    model = init_from_bert(
-        RealmForOpenQA,
-        args.bert,
-        retriever_proj_size=128,
-        reader_beam_size=3,
-        searcher_beam_size=args.searcher_beam,
-        reader_seq_len=64 + args.max_block_length,
-        max_block_length=args.max_block_length,
-        span_hidden_size=256,
-        max_span_width=10,
+    task, train, held_out = demo.demo_task(
+        entries, tokenizer, args.questions, args.seed, args.max_entry_chars, args.eval_questions
     )
+    # The reader is not used here; reader_beam_positive as the demo sets it.
+    model = demo.demo_model(args.bert, args.searcher_beam, args.max_block_length, reader_beam_positive=True)
     model.add_document_embedder(trainable=False)
     freeze_lower_layers(model.embedder, args.freeze_layers)
     dtype = resolve_autocast_dtype(args.dtype, "cpu", "training")
@@ -131,12 +122,13 @@ def build(args):
 
 def corpus_link_questions(task, limit, seed):
     """Every other corpus sentence with a cross-reference, as a cloze question (REALM's salient-span data)."""
+    from realm_hf.data.foldoc import BLANK
     from realm_hf.metrics import has_answer
 
     out = []
     for sentence in task["masked_sentences"]:
         start, end = sentence["salient_spans"][0]
-        question = sentence["text"][:start] + "___" + sentence["text"][end:]
+        question = sentence["text"][:start] + BLANK + sentence["text"][end:]
         answers = [sentence["text"][start:end]] + ([sentence["answer_target"]] if sentence["answer_target"] else [])
         if has_answer(question, answers):
             continue
@@ -221,10 +213,8 @@ class Probe:
             ]
         )
 
-    def train_answer_marginal(self, embedder, data, learning_rate) -> float:
-        """REALM's retrieval loss over the searcher beam (blocks holding a gold answer string), one pass."""
-        from realm_hf.metrics import has_answer
-
+    def _one_pass(self, embedder, data, learning_rate, batch_loss) -> float:
+        """One shuffled pass over `data` in batches of `--batch-size`, minimising `batch_loss(embedder, batch)`."""
         args = self.args
         order = list(range(len(data)))
         random.Random(args.seed).shuffle(order)
@@ -232,12 +222,26 @@ class Probe:
         optimizer, schedule = self._optimizer(embedder, learning_rate, steps)
         total = 0.0
         for step in range(steps):
-            batch = [data[i] for i in order[step * args.batch_size : (step + 1) * args.batch_size]]
+            loss = batch_loss(
+                embedder, [data[i] for i in order[step * args.batch_size : (step + 1) * args.batch_size]]
+            )
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            total += loss.item()
+        return total / steps
+
+    def train_answer_marginal(self, embedder, data, learning_rate) -> float:
+        """REALM's retrieval loss over the searcher beam (blocks holding a gold answer string), one pass."""
+        from realm_hf.metrics import has_answer
+        from realm_hf.modeling_reader import _marginal_log_loss  # the loss RealmReader trains the retriever with
+
+        def batch_loss(embedder, batch):
             query = self.embed(embedder, batch)
-            search = self.retriever.search(query.detach(), args.searcher_beam)
+            search = self.retriever.search(query.detach(), self.args.searcher_beam)
             rows = [[self.row_of_id[int(b)] for b in row] for row in search.block_ids.tolist()]
-            block_emb = self.embeddings[torch.tensor(rows)]
-            scores = torch.einsum("bd,bkd->bk", query, block_emb)
+            scores = torch.einsum("bd,bkd->bk", query, self.embeddings[torch.tensor(rows)])
             correct = torch.tensor(
                 [
                     [has_answer(block["text"], q["answers"]) for block in blocks]
@@ -247,38 +251,23 @@ class Probe:
             own = self._own_rows_mask(batch, rows)
             correct &= ~own
             scores = scores.masked_fill(own, -1e4)
-            log_numerator = torch.logsumexp(scores.masked_fill(~correct, -1e4), dim=-1)
-            loss = ((torch.logsumexp(scores, dim=-1) - log_numerator) * correct.any(-1)).mean()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            total += loss.item()
-        return total / steps
+            return (_marginal_log_loss(scores, correct) * correct.any(-1)).mean()
+
+        return self._one_pass(embedder, data, learning_rate, batch_loss)
 
     def train_linked_entry(self, embedder, data, learning_rate) -> float:
         """Cross-entropy with the linked entry's first block as the label, every block of the corpus a negative."""
-        args = self.args
-        data = [q for q in data if q.get("answer_target") in self.rows_of]
-        order = list(range(len(data)))
-        random.Random(args.seed).shuffle(order)
-        steps = max(1, len(order) // args.batch_size)
-        optimizer, schedule = self._optimizer(embedder, learning_rate, steps)
-        total = 0.0
-        for step in range(steps):
-            batch = [data[i] for i in order[step * args.batch_size : (step + 1) * args.batch_size]]
+
+        def batch_loss(embedder, batch):
             scores = self.embed(embedder, batch) @ self.embeddings.T
             for i, q in enumerate(batch):
                 if q.get("exclude_source"):
                     scores[i, self.rows_of.get(q["source_title"], [])] = -1e4
             labels = torch.tensor([self.rows_of[q["answer_target"]][0] for q in batch])
-            loss = torch.nn.functional.cross_entropy(scores, labels)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            total += loss.item()
-        return total / steps
+            return torch.nn.functional.cross_entropy(scores, labels)
+
+        data = [q for q in data if q.get("answer_target") in self.rows_of]
+        return self._one_pass(embedder, data, learning_rate, batch_loss)
 
 
 def set_trainable_layers(embedder, frozen: int):

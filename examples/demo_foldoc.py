@@ -87,12 +87,54 @@ def cpu_has_fast_bf16() -> bool:
     return has_native_bf16("cpu")
 
 
+def demo_task(entries, tokenizer, num_questions: int, seed: int, max_entry_chars: int, eval_questions: int):
+    """
+    The demo's cross-document task from FOLDOC `entries` and its split (`bench/retrieval_ceiling_foldoc.py` measures
+    the same one): questions the models accept (at most 60 wordpieces), 10% held out, the first `eval_questions` of
+    those evaluated.
+
+    Returns:
+        `(task, train_questions, held_out)`: [`make_cross_document_task`]'s dict and the two question lists.
+    """
+    from realm_hf.data.foldoc import make_cross_document_task, split_questions
+
+    task = make_cross_document_task(entries, num_questions=num_questions, seed=seed, max_entry_chars=max_entry_chars)
+    # Keep questions the models accept (64 wordpieces at most, see RealmForOpenQA.answer).
+    lengths = [len(ids) for ids in tokenizer([q["question"] for q in task["questions"]])["input_ids"]]
+    questions = [q for q, n in zip(task["questions"], lengths) if n <= 60]
+    train_questions, held_out = split_questions(questions, held_out_fraction=0.1, seed=seed)
+    return task, train_questions, held_out[:eval_questions]
+
+
+def demo_model(bert_dir: str, searcher_beam: int, max_block_length: int, reader_beam_positive: bool):
+    """
+    The demo's `RealmForOpenQA` before fine-tuning: every encoder from `bert_dir`, a fresh 128-d retrieval projection
+    and span scorer (drawn from torch's random state: seed it first), reader beam 3, spans of at most 10 wordpieces.
+    """
+    from realm_hf import RealmForOpenQA
+    from realm_hf.initialization import init_from_bert
+
+    return init_from_bert(
+        RealmForOpenQA,
+        bert_dir,
+        retriever_proj_size=128,
+        reader_beam_size=3,
+        searcher_beam_size=searcher_beam,
+        reader_seq_len=64 + max_block_length,
+        max_block_length=max_block_length,
+        span_hidden_size=256,
+        max_span_width=10,
+        # The retriever starts weak (a block it ranks in the top 3 holds the answer for about a quarter of the
+        # training questions): without this the reader would learn from that quarter only.
+        reader_beam_positive=reader_beam_positive,
+    )
+
+
 def build(args, minilm_dir: str, model_dir: str) -> dict:
     from transformers import TrainingArguments, set_seed
 
-    from realm_hf import RealmForOpenQA, RealmTokenizer
-    from realm_hf.data.foldoc import load_foldoc, make_cross_document_task, split_questions
-    from realm_hf.initialization import init_from_bert
+    from realm_hf import RealmTokenizer
+    from realm_hf.data.foldoc import load_foldoc
     from realm_hf.modelcard import write_model_card
     from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.callbacks import RealmReindexCallback
@@ -105,35 +147,17 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     entries = load_foldoc()
     if args.entries:
         entries = entries[: args.entries]
-    task = make_cross_document_task(
-        entries, num_questions=args.questions, seed=args.seed, max_entry_chars=args.max_entry_chars
+    tokenizer = RealmTokenizer.from_pretrained(minilm_dir)
+    task, train_questions, held_out = demo_task(
+        entries, tokenizer, args.questions, args.seed, args.max_entry_chars, args.eval_questions
     )
     documents = task["documents"]
-    tokenizer = RealmTokenizer.from_pretrained(minilm_dir)
-    # Keep questions the models accept (64 wordpieces at most, see RealmForOpenQA.answer).
-    lengths = [len(ids) for ids in tokenizer([q["question"] for q in task["questions"]])["input_ids"]]
-    questions = [q for q, n in zip(task["questions"], lengths) if n <= 60]
-    train_questions, held_out = split_questions(questions, held_out_fraction=0.1, seed=args.seed)
-    held_out = held_out[: args.eval_questions]
     log(
         f"FOLDOC: {len(documents)} entries in the corpus, {len(train_questions)} training / {len(held_out)} held-out "
         "cross-document questions"
     )
 
-    model = init_from_bert(
-        RealmForOpenQA,
-        minilm_dir,
-        retriever_proj_size=128,
-        reader_beam_size=3,
-        searcher_beam_size=args.searcher_beam,
-        reader_seq_len=64 + args.max_block_length,
-        max_block_length=args.max_block_length,
-        span_hidden_size=256,
-        max_span_width=10,
-        # The retriever starts weak (a block it ranks in the top 3 holds the answer for about a quarter of the
-        # training questions): without this the reader would learn from that quarter only.
-        reader_beam_positive=args.reader_beam_positive,
-    )
+    model = demo_model(minilm_dir, args.searcher_beam, args.max_block_length, args.reader_beam_positive)
     model.add_document_embedder()
     if args.document_embedder == "frozen":
         model.freeze_document_embedder()
@@ -217,8 +241,7 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
 
     tmp_dir = model_dir + ".tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
-    model.save_pretrained(tmp_dir)
-    tokenizer.save_pretrained(tmp_dir)
+    model.save_pretrained(tmp_dir, tokenizer=tokenizer)
     results = {
         "before": before,
         "after": after,

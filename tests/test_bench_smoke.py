@@ -144,17 +144,7 @@ def test_train_memory_bench_quick_runs(tmp_path, capsys):
 
 def test_learning_bench_quick_runs_every_claim(tmp_path, capsys):
     """bench/learning_foldoc.py end to end on a tiny BERT and a slice of the shipped FOLDOC extract."""
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
-    from realm_hf import RealmTokenizer
-
-    bert = tmp_path / "bert"
-    tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
-    config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 160
-    BertForPreTraining(config).save_pretrained(bert)
-    tokenizer.save_pretrained(bert)
+    bert = tiny_bert(tmp_path)
     learning = load_script("learning_foldoc")
     out = tmp_path / "learning.json"
     args = ["--quick", "--bert", str(bert), "--foldoc", "extract", "--entries", "300", "--freeze-layers", "1"]
@@ -169,17 +159,7 @@ def test_learning_bench_quick_runs_every_claim(tmp_path, capsys):
 
 def test_retrieval_ceiling_bench_quick_runs_every_probe(tmp_path, capsys):
     """bench/retrieval_ceiling_foldoc.py end to end on a tiny BERT and a slice of the shipped FOLDOC extract."""
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
-    from realm_hf import RealmTokenizer
-
-    bert = tmp_path / "bert"
-    tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
-    config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 160
-    BertForPreTraining(config).save_pretrained(bert)
-    tokenizer.save_pretrained(bert)
+    bert = tiny_bert(tmp_path)
     ceiling = load_script("retrieval_ceiling_foldoc")
     out = tmp_path / "ceiling.json"
     args = ["--quick", "--bert", str(bert), "--freeze-layers", "1", "--link-freeze-layers", "1", "--dtype", "fp32"]

@@ -364,12 +364,10 @@ def push_to_hub(
             tmp_dir,
             save_retriever=save_retriever,
             corpus_format="parquet",
-            model_card=False,  # written below, with the repo's hand-written text
+            model_card=False,  # written below: the repo's README holds the hand-written text to keep
             max_shard_size=max_shard_size,
+            tokenizer=tokenizer,
         )
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp_dir)
-        # Regenerated here even if save_pretrained wrote one: the repo's README holds the hand-written text to keep.
         write_model_card(
             tmp_dir,
             model=model,

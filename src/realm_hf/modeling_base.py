@@ -77,9 +77,10 @@ class RealmPreTrainedModel(PreTrainedModel):
 
         A `tokenizer=` keyword (not a transformers argument) saves that tokenizer in the same swap, so weights and
         tokenizer are never from two saves; `corpus_format=` (`"arrow"`, the default, or `"parquet"`) is the format
-        `retriever`'s corpus is written in. Only what this save writes is replaced (plus weight shards of an earlier save that it supersedes); other
-        files in the directory, such as a Trainer's `checkpoint-*` folders, are kept. `retriever/` belongs to the
-        model: it is replaced as a whole. Saved without a retriever, a directory keeps the one it has.
+        `retriever`'s corpus is written in. Only what this save writes is replaced (plus weight shards of an earlier
+        save that it supersedes); other files in the directory, such as a Trainer's `checkpoint-*` folders, are kept.
+        `retriever/` belongs to the model: it is replaced as a whole. Saved without a retriever, a directory keeps the
+        one it has.
         """
         from .retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
             rebind_model_files,
