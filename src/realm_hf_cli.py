@@ -45,6 +45,11 @@ TRAIN_KEYS = {
     "reindex_batch_size": "blocks per embedding batch when re-indexing (default 128)",
     "train_document_embedder": "finetune: train a document embedder too (end-to-end retriever training)",
     "recall_ks": "finetune: recall@k cut-offs for evaluation (default [1, 5])",
+    "retriever_warmup": "finetune: first train the question embedder on REALM's retrieval loss alone "
+    "({max_steps, per_device_train_batch_size, learning_rate})",
+    "reader_warmup": "finetune: then train the reader on cloze questions of the corpus read against their own block, "
+    "and on train_file questions with a doc_id read against their article's block ({max_steps, "
+    "per_device_train_batch_size, learning_rate, cloze_per_block, question_share})",
     "lora": "finetune: LoRA settings ({r, alpha, dropout, targets, target_modules}); saves adapter/ and merges",
     "embedder_lr_ratio": "pretrain: the embedders' learning rate relative to the encoder's (default 1: one rate)",
     "masking": "pretrain: DataCollatorForSalientSpanMasking options (max_length, mask_rate, seed, ...)",

@@ -162,3 +162,32 @@ def test_pretraining_optimizer_scales_the_embedders_only(examples_on_path, tiny_
     assert {id(p) for g in optimizer.param_groups for p in g["params"]} == trainable
     args.embedder_lr_ratio = 1.0
     assert pretrain_realm.pretraining_optimizer(model, args) is None  # Trainer's own optimizer
+
+
+def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, capsys, examples_on_path):
+    """README's main job (`make demo`), on the tiny invented corpus and a tiny BERT: every stage runs and is saved."""
+    import demo_wikipedia
+
+    wiki = os.path.join(FIXTURES, "wikipedia")
+    argv = [
+        "--output", str(tmp_path), "--summaries", os.path.join(wiki, "summaries.json"),
+        "--handwritten", os.path.join(wiki, "handwritten.jsonl"), "--bert", tiny_bert,
+        "--max-block-length", "48", "--retriever-steps", "2", "--retriever-batch-size", "4",
+        "--reader-steps", "2", "--reader-batch-size", "4", "--openqa-steps", "1", "--openqa-batch-size", "2",
+        "--searcher-beam", "4", "--eval-questions", "4", "--show", "2",
+    ]  # fmt: skip
+    assert demo_wikipedia.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Generated held-out questions" in out and "Hand-written held-out questions" in out
+    assert "of 2 answered right with the right source article" in out
+    model_dir = tmp_path / "realm-wikipedia"
+    results = json.loads((model_dir / "demo_results.json").read_text())
+    assert [s["stage"] for s in results["stages"]] == ["retriever warm-up", "reader warm-up", "Open-QA fine-tuning"]
+    assert set(results["after"]) == {"generated", "hand-written"}
+    card = (model_dir / "README.md").read_text()
+    assert "CC BY-SA 4.0" in card and "cc-by-sa-4.0" in card
+    model = RealmForOpenQA.from_pretrained(model_dir)
+    assert len(model.retriever) >= 12
+    # A second run reuses the saved model and answers again.
+    assert demo_wikipedia.main(argv[:6]) == 0
+    assert "Reusing the model saved" in capsys.readouterr().out

@@ -318,4 +318,77 @@ def init_from_bert(
     return model
 
 
-__all__ = ["init_from_bert", "load_bert_state_dict", "realm_config_from_bert"]
+@torch.no_grad()
+def init_projection_from_pca(
+    embedder, tokenizer, titles, texts, max_length: int = 64, batch_size: int = 64, show_progress: bool = False
+) -> torch.Tensor:
+    """
+    Start an embedder's fresh retrieval projection (`cls.dense`, hidden -> `retriever_proj_size`) at the principal
+    directions of its pooled vectors over sample blocks, centred on their mean: the projection then keeps the most
+    varied directions of the encoder's space instead of a random subspace.
+
+    A random projection of a sentence encoder's 384-d vectors to REALM's 128 dimensions adds noise of the size of
+    the score differences retrieval depends on: on the Wikipedia demo, all-MiniLM-L6-v2 through a random projection
+    found a block holding the answer in its top 5 for 67% of held-out questions, through this one 75% (its own
+    384-d cosine: 78%). Call it before `add_document_embedder()` so both embedders start from it; the projection's
+    LayerNorm (its gain, see `init_from_bert(scale_projection=...)`) is kept.
+
+    Args:
+        embedder ([`RealmEmbedder`]): The embedder whose `cls.dense` is set (in place).
+        tokenizer: Its tokenizer.
+        titles (`Sequence[str]`), texts (`Sequence[str]`): Sample blocks, embedded as the index embeds them
+            (`[CLS] title [SEP] text [SEP]`); at least `retriever_proj_size` of them.
+        max_length (`int`, *optional*, defaults to 64): Wordpieces of each sample block read.
+        batch_size (`int`, *optional*, defaults to 64)
+        show_progress (`bool`, *optional*, defaults to `False`)
+
+    Returns:
+        `torch.Tensor`: The explained-variance share of each kept direction, largest first.
+
+    Raises:
+        `ValueError`: with fewer sample blocks than projection dimensions.
+    """
+    from .progress import progress_bar
+    from .retrieval.encoding import tokenize_blocks
+
+    texts = list(texts)
+    size = embedder.config.retriever_proj_size
+    if len(texts) < size:
+        raise ValueError(
+            f"init_projection_from_pca needs at least retriever_proj_size={size} sample blocks, got {len(texts)}."
+        )
+    pooled = []
+    captured = {}
+    hook = embedder.cls.register_forward_hook(lambda module, args, output: captured.__setitem__("x", args[0]))
+    was_training = embedder.training
+    embedder.eval()
+    try:
+        for start in progress_bar(
+            range(0, len(texts), batch_size), desc="Projection (PCA)", disable=not show_progress
+        ):
+            inputs = tokenize_blocks(
+                tokenizer,
+                list(titles[start : start + batch_size]) if titles is not None else None,
+                texts[start : start + batch_size],
+                max_length=max_length,
+                padding=True,
+                return_tensors="pt",
+            ).to(embedder.device)
+            embedder(**inputs)
+            pooled.append(captured["x"].float().cpu())
+    finally:
+        hook.remove()
+        embedder.train(was_training)
+    vectors = torch.cat(pooled).double()
+    mean = vectors.mean(0)
+    covariance = torch.cov((vectors - mean).T)
+    eigenvalues, eigenvectors = torch.linalg.eigh(covariance)  # ascending
+    components = eigenvectors.flip(-1)[:, :size].T  # (size, hidden), largest variance first
+    dense = embedder.cls.dense
+    dense.weight.copy_(components.to(dense.weight.dtype))
+    dense.bias.copy_((-(components @ mean)).to(dense.bias.dtype))
+    explained = eigenvalues.flip(-1)[:size] / eigenvalues.sum().clamp(min=1e-12)
+    return explained.float()
+
+
+__all__ = ["init_from_bert", "init_projection_from_pca", "load_bert_state_dict", "realm_config_from_bert"]

@@ -272,6 +272,8 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
                 if problem:
                     raise CLIError(f"{path}, {where}: the answer {problem}.")
         data["answers"] = answers
+    if "doc_id" in columns:  # the document that answers each question: the reader warm-up reads its block
+        data["doc_id"] = list(get("doc_id"))
     if not data["question"]:
         raise CLIError(f"{path} holds no questions.")
     return datasets.Dataset.from_dict(data)

@@ -13,6 +13,13 @@ from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, check_training_questions
 from .optimization import two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
+from .reader_warmup import (
+    DataCollatorForReaderWarmup,
+    RealmReaderTrainer,
+    make_cloze_reading_examples,
+    make_gold_block_examples,
+)
+from .retriever_warmup import RealmRetrieverTrainer
 
 
 def seed_everything(seed: int, full_determinism: bool = False) -> int:
@@ -191,6 +198,88 @@ def ict_trainer(
     return RealmICTTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
 
 
+def reader_warmup_examples(
+    retriever,
+    questions: Sequence[dict] = (),
+    exclude_doc_ids: Sequence = (),
+    cloze_per_block: int | None = 1,
+    question_share: float = 0.5,
+    seed: int = 0,
+) -> datasets.Dataset:
+    """
+    The reader warm-up's data from a retriever's own corpus: salient-span cloze questions of its blocks, each read
+    against the block it comes from ([`make_cloze_reading_examples`]), plus `questions` that carry the `doc_id` of
+    the document answering them, each read against the first block of that document holding an answer
+    ([`make_gold_block_examples`]). Shuffled with `seed`.
+
+    Args:
+        retriever ([`RealmRetriever`]): Its corpus gives the blocks (`text`, `doc_id`).
+        questions (`Sequence[dict]`, *optional*): Training questions with `question`, `answers` and `doc_id`.
+        exclude_doc_ids (`Sequence`, *optional*): Documents whose blocks give no cloze question (held-out ones:
+            the warm-up must not read the answers of evaluation questions).
+        cloze_per_block (`int`, *optional*, defaults to 1): Cloze questions per block; 0 for none, `None` for one per
+            sentence with a salient span.
+        question_share (`float`, *optional*, defaults to 0.5): Share of them written as questions, not blanks.
+        seed (`int`, *optional*, defaults to 0)
+
+    Returns:
+        `datasets.Dataset` with `question`, `context` and `answers`.
+
+    Raises:
+        `ValueError`: when no example could be made.
+    """
+    import random
+
+    exclude = set(exclude_doc_ids)
+    columns = [c for c in ("doc_id", "text") if c in retriever.corpus.column_names]
+    blocks = [row for row in retriever.corpus.select_columns(columns) if row.get("doc_id") not in exclude]
+    examples = []
+    if cloze_per_block is None or cloze_per_block > 0:
+        examples += make_cloze_reading_examples(
+            blocks, seed=seed, max_per_block=cloze_per_block, question_share=question_share
+        )
+    if questions:
+        by_doc: dict = {}
+        for row in blocks:
+            by_doc.setdefault(row.get("doc_id"), []).append(row["text"])
+        examples += make_gold_block_examples(questions, by_doc)
+    if not examples:
+        raise ValueError(
+            "The reader warm-up found no example: no block sentence has a name, date or number to blank, and no "
+            "question's document holds its answer. Give questions with a `doc_id`, or a corpus of prose."
+        )
+    random.Random(seed).shuffle(examples)
+    return datasets.Dataset.from_list(examples)
+
+
+def reader_warmup_trainer(model, args: TrainingArguments, train_dataset, tokenizer=None) -> RealmReaderTrainer:
+    """
+    The reader warm-up Trainer: [`RealmReaderTrainer`] over `model.reader` (a [`RealmForOpenQA`]'s, trained in
+    place) with [`DataCollatorForReaderWarmup`] at the model's `reader_seq_len`. `train_dataset` has `question`,
+    `context` and `answers` (e.g. [`reader_warmup_examples`]). Run it before Open-QA fine-tuning: the span scorer of
+    a model built with `init_from_bert` starts random, and reading known blocks trains it at a fraction of the cost
+    of a retrieval step.
+    """
+    tokenizer = tokenizer if tokenizer is not None else model.require_retriever().tokenizer
+    collator = DataCollatorForReaderWarmup(tokenizer, max_length=int(model.config.reader_seq_len))
+    return RealmReaderTrainer(model=model.reader, args=args, train_dataset=train_dataset, data_collator=collator)
+
+
+def retriever_warmup_trainer(model, args: TrainingArguments, train_dataset) -> RealmRetrieverTrainer:
+    """
+    The retriever warm-up Trainer: [`RealmRetrieverTrainer`] minimising REALM's retrieval loss alone over the
+    searcher beam (no reader pass), which trains the question embedder of a [`RealmForOpenQA`] against its fixed
+    index. `train_dataset` has `question` and `answers`; questions are checked first, as for Open-QA fine-tuning.
+    """
+    max_positions = getattr(model.config, "max_position_embeddings", None) or 66
+    collator = DataCollatorForOpenQA(
+        model.require_retriever().tokenizer, max_question_length=min(64, max_positions - 2)
+    )
+    if isinstance(train_dataset, datasets.Dataset):
+        check_training_questions(train_dataset, collator.tokenizer, collator.max_question_length)
+    return RealmRetrieverTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
+
+
 def evaluation_history(trainer) -> list[dict]:
     """
     Every evaluation the Trainer logged (`eval_on_start`, `eval_strategy`, the final one) in step order, as
@@ -209,7 +298,10 @@ __all__ = [
     "openqa_trainer",
     "pretraining_optimizer",
     "pretraining_trainer",
+    "reader_warmup_examples",
+    "reader_warmup_trainer",
     "reindex_callback",
+    "retriever_warmup_trainer",
     "salient_span_collator",
     "seed_everything",
     "set_document_embedder_trainable",

