@@ -629,3 +629,30 @@ def test_push_offline_is_a_clear_error(converted, capsys):
     assert run("push", converted, "--repo-id", "me/realm-test", "--corpus-repo-id", "me/corpus") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: Cannot push") and "HF_HUB_OFFLINE" in err
+
+
+def test_train_runs_the_warmups_before_fine_tuning(converted, tmp_path, capsys):
+    """`retriever_warmup` and `reader_warmup` run the library's warm-up recipes before Open-QA fine-tuning."""
+    qa_file = tmp_path / "train.jsonl"
+    rows = [
+        {"question": "What is the capital of France?", "answers": ["paris"], "doc_id": 0},
+        {"question": "Who created Python?", "answers": ["guido van rossum"], "doc_id": 3},
+    ]
+    qa_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    output = tmp_path / "run"
+    base = ["train", EXAMPLE_CONFIG, "--output-dir", output, "--set", f"model={converted}"]
+    base += ["--set", f"train_file={qa_file}", "--set", "eval_file=", "--set", "training_args.max_steps=1"]
+    base += ["--set", "training_args.save_strategy=no", "--set", "training_args.use_cpu=true"]
+    # A bad section is refused before anything trains.
+    assert run(*base, "--set", "reader_warmup.max_step=2") == 2
+    assert "Unknown reader_warmup option(s): max_step" in capsys.readouterr().err
+    assert run(*base, "--set", "retriever_warmup.max_steps=0") == 2
+    assert "retriever_warmup.max_steps must be a positive integer" in capsys.readouterr().err
+    # The fixture corpus is lower case: no salient span to blank, so the reader reads the questions' own blocks.
+    warmups = ["--set", "retriever_warmup.max_steps=2", "--set", "retriever_warmup.learning_rate=0.01"]
+    warmups += ["--set", "reader_warmup.max_steps=2", "--set", "reader_warmup.learning_rate=0.01"]
+    warmups += ["--set", "training_args.learning_rate=0"]  # so only the warm-ups move the weights
+    assert run(*base, *warmups) == 0
+    before, after = RealmForOpenQA.from_pretrained(converted), RealmForOpenQA.from_pretrained(output)
+    changed = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # noqa: E731
+    assert changed(before.embedder, after.embedder) and changed(before.reader, after.reader)
