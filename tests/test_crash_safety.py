@@ -21,8 +21,9 @@ import pytest
 import torch
 from test_pipeline import build_tiny_model
 
-from realm_hf import RealmForOpenQA
+from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
 from realm_hf.file_utils import JOURNAL_NAME, STAGING_PREFIX
+from realm_hf.retrieval_realm import RealmRetriever
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "scripts", "crash_save_worker.py")
@@ -48,15 +49,40 @@ def signature(path):
 @pytest.fixture(scope="module")
 def saves(tmp_path_factory):
     root = tmp_path_factory.mktemp("crash")
-    old, _ = build_tiny_model(str(root), seed=0)
-    # The earlier save is sharded: the new one (a single file) must also make its shards go.
-    old.save_pretrained(root / "old", max_shard_size="20KB")
-    new, _ = build_tiny_model(str(root), seed=1)
+    old, tokenizer = build_tiny_model(str(root), seed=0)
+    # The earlier save is sharded: the new one (a single file) must also make its shards go. Each save holds its
+    # tokenizer (the new one a token more), so that a reader of the tokenizer alone can tell which save it read.
+    old.save_pretrained(root / "old", max_shard_size="20KB", tokenizer=tokenizer)
+    new, tokenizer = build_tiny_model(str(root), seed=1)
+    tokenizer.add_tokens(["[NEW]"])
     new.retriever.remove_blocks([5])  # another corpus size too
-    new.save_pretrained(root / "new")
+    new.save_pretrained(root / "new", tokenizer=tokenizer)
     expected = {"old": signature(root / "old"), "new": signature(root / "new")}
     assert expected["old"][0] != expected["new"][0] and expected["old"][1] != expected["new"][1]
     return root, expected
+
+
+def _save_read_by_each_reader(target):
+    """
+    Which save each reader sees first in a killed save's directory (each on its own copy, before any other reader
+    completes the swap): the tokenizer alone, the retriever alone, the config, and then the model on that copy, which
+    must be the same save. Issue 25: a swap was completed by a model load only.
+    """
+    seen = {}
+    readers = {
+        "tokenizer": lambda d: "new" if "[NEW]" in RealmTokenizer.from_pretrained(d).get_vocab() else "old",
+        "retriever": lambda d: {6: "old", 5: "new"}[len(RealmRetriever.from_pretrained(d / "retriever"))],
+        "config": lambda d: {6: "old", 5: "new"}[RealmConfig.from_pretrained(d).num_block_records],
+    }
+    for name, read in readers.items():
+        copy = target.parent / f"{target.name}-{name}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(target, copy, symlinks=True)
+        seen[name] = read(copy)
+        model = RealmForOpenQA.from_pretrained(copy)
+        assert {6: "old", 5: "new"}[len(model.retriever)] == seen[name], (name, seen)
+        shutil.rmtree(copy)
+    return seen
 
 
 @pytest.fixture(scope="module")
@@ -109,17 +135,23 @@ def _fresh_target(root, name):
 
 def _check_after_kill(root, expected, target, answer):
     """The directory loads as exactly one save, keeps the user's files, and takes a further save cleanly."""
+    readers = _save_read_by_each_reader(target)
     state = signature(target)  # a load completes an interrupted swap
     assert state in (expected["old"], expected["new"]), f"mixed or unknown state after {answer}"
+    # Whichever reader comes first sees the save the model then loads.
+    assert set(readers.values()) == {"old" if state == expected["old"] else "new"}, (readers, answer)
     for relative, text in USER_FILES.items():
         assert (target / relative).read_text() == text
     assert not os.path.exists(target / JOURNAL_NAME)
     # The next save removes what the killed one left and replaces the directory's content as usual.
-    RealmForOpenQA.from_pretrained(root / "new").save_pretrained(target)
+    RealmForOpenQA.from_pretrained(root / "new").save_pretrained(
+        target, tokenizer=RealmTokenizer.from_pretrained(root / "new")
+    )
     assert signature(target) == expected["new"]
     entries = sorted(os.listdir(target))
     assert entries == sorted(
         ["README.md", "checkpoint-10", "config.json", "model.safetensors", "notes.md", "realm_hf_auto.py", "retriever"]
+        + ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
     )
     assert not [name for name in os.listdir(target / "retriever") if name.startswith(".")]
     return "old" if state == expected["old"] else "new"
@@ -247,3 +279,116 @@ def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
     loaded = RealmRetriever.from_pretrained(tmp_path)
     assert len(loaded) in (3, 7) and loaded.get_block_texts([0])[0] == f"{len(loaded)}-0"
     assert sorted(os.listdir(tmp_path)) == ["corpus", "index.faiss", "retriever_manifest.json"]
+
+
+@pytest.mark.parametrize("how", ["staging link", "entry folder link", "old-entries link"])
+def test_a_journal_whose_folders_lead_outside_is_refused_and_moves_nothing(tmp_path, how):
+    """Issue 25: a staging folder (or a folder on the way to an entry) that is a link out of the directory."""
+    from realm_hf.file_utils import recover_interrupted_save
+
+    model_dir, outside = tmp_path / "model", tmp_path / "outside"
+    (model_dir / "retriever").mkdir(parents=True)
+    (model_dir / "retriever" / "index.faiss").write_text("the model's index")
+    (model_dir / "config.json").write_text("{}")
+    (outside / "retriever").mkdir(parents=True)
+    (outside / "retriever" / "index.faiss").write_text("another index")
+    (outside / "config.json").write_text('{"evil": true}')
+    staging = model_dir / (STAGING_PREFIX + "x")
+    journal = {"staging": staging.name, "replace": ["config.json"], "remove": ["retriever/index.faiss"]}
+    if how == "staging link":
+        os.symlink(outside, staging)
+    else:
+        staging.mkdir()
+        if how == "entry folder link":  # `retriever/` inside the staging folder leads out
+            os.symlink(outside / "retriever", staging / "retriever")
+            journal = {**journal, "replace": ["retriever/index.faiss"], "remove": []}
+        else:
+            os.symlink(outside, staging / ".old")
+    (model_dir / JOURNAL_NAME).write_text(json.dumps(journal))
+    before = {p: p.read_text() for p in (*model_dir.rglob("*"), *outside.rglob("*")) if p.is_file()}
+    with pytest.raises(OSError, match="symbolic link.*refused"):
+        recover_interrupted_save(model_dir)
+    with pytest.raises(OSError, match="symbolic link.*refused"):
+        RealmForOpenQA.from_pretrained(model_dir)
+    after = {p: p.read_text() for p in (*model_dir.rglob("*"), *outside.rglob("*")) if p.is_file()}
+    assert after == before  # nothing moved in either direction
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The CLI's directory outputs (`realm-hf index --output OUT --overwrite`, `convert --overwrite`)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _count_operations(kill_after):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crash_save_worker", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.count_operations(kill_after)
+
+
+def _replace_output_in_child(output, source, kill_after):
+    """Fork a child that replaces `output` by a copy of `source` as the CLI does, SIGKILLed before operation N."""
+    import signal
+
+    from realm_hf.cli.outputs import atomic_output_dir
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            with atomic_output_dir(str(output), overwrite=True) as folder:
+                shutil.copytree(source, folder, dirs_exist_ok=True)
+                ops = _count_operations(kill_after)  # the kill points: the commit of the output, not its writing
+            os.write(write, json.dumps(len(ops)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        payload = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    return killed, json.loads(payload) if payload else None
+
+
+@pytest.fixture(scope="module")
+def index_outputs(tmp_path_factory):
+    """Two retriever directories (what `realm-hf index --output` writes): 3 blocks (old) and 5 (new)."""
+    root = tmp_path_factory.mktemp("cli-output")
+    rng = np.random.default_rng(0)
+    for name, n in (("old", 3), ("new", 5)):
+        embeddings = rng.normal(size=(n, 8)).astype(np.float32)
+        RealmRetriever.from_embeddings(embeddings, [f"{name} {i}" for i in range(n)]).save_pretrained(root / name)
+    return root
+
+
+def test_cli_output_killed_at_every_step_of_its_swap_is_the_old_or_the_new_one(index_outputs):
+    """Issue 25: killed between its two renames, `index --overwrite` left no OUT (old and new in hidden folders)."""
+    root = index_outputs
+    target = root / "parent" / "OUT"
+    shutil.rmtree(root / "parent", ignore_errors=True)
+    shutil.copytree(root / "old", target)
+    killed, count = _replace_output_in_child(target, root / "new", kill_after=None)
+    assert not killed and count and len(RealmRetriever.from_pretrained(target)) == 5
+    outcomes = []
+    for n in range(1, count + 1):
+        for reader in ("load", "next run"):
+            shutil.rmtree(root / "parent")
+            shutil.copytree(root / "old", target)
+            killed, _ = _replace_output_in_child(target, root / "new", kill_after=n)
+            assert killed, n
+            if reader == "load":  # a load of OUT completes or ignores the interrupted swap...
+                outcomes.append(len(RealmRetriever.from_pretrained(target)))
+                assert outcomes[-1] in (3, 5), n
+            else:  # ...and so does the next run, before it judges OUT
+                from realm_hf.cli.outputs import atomic_output_dir
+
+                before = {3: "old", 5: "new"}
+                with atomic_output_dir(str(target), overwrite=True) as folder:
+                    assert before[len(RealmRetriever.from_pretrained(target))] in ("old", "new"), n
+                    shutil.copytree(root / "old", folder, dirs_exist_ok=True)
+                assert len(RealmRetriever.from_pretrained(target)) == 3
+            assert sorted(os.listdir(root / "parent")) == ["OUT"], (n, reader, os.listdir(root / "parent"))
+    assert 3 in outcomes and 5 in outcomes, outcomes

@@ -53,6 +53,7 @@ from realm_hf.hub import (
     set_retriever_reference,
 )
 from realm_hf.modelcard import parse_card_metadata
+from realm_hf.retrieval_realm import RealmRetriever
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -577,3 +578,25 @@ def test_push_corpus_to_hub_in_a_subfolder(saved, tmp_path, monkeypatch):
         torch.as_tensor(json.loads(open(os.path.join(local, "retriever_manifest.json")).read())["num_blocks"]),
         torch.tensor(len(DOCS)),
     )
+
+
+@pytest.mark.parametrize("reference", ["absolute", "../", "relative to the working directory"])
+def test_a_local_model_does_not_follow_a_local_corpus_reference_unasked(saved, tmp_path, monkeypatch, reference):
+    """Issue 25: `retriever_repo_id` naming another corpus on disk made a local model answer from it silently."""
+    _, _, path = saved
+    model_dir = tmp_path / "models" / "bare"
+    shutil.copytree(path, model_dir, ignore=shutil.ignore_patterns("retriever"))
+    other = tmp_path / "other-corpus"
+    shutil.copytree(os.path.join(path, "retriever"), other)
+    shutil.copytree(other, tmp_path / "models" / "corpus-here")
+    monkeypatch.chdir(tmp_path / "models")
+    value = {"absolute": str(other), "../": "../other-corpus", "relative to the working directory": "corpus-here"}
+    value = value[reference]
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(retriever_repo_id=value)
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="names a local path as its retriever.*RealmRetriever.from_pretrained"):
+        RealmForOpenQA.from_pretrained(model_dir)
+    # Asked for explicitly, it loads.
+    model = RealmForOpenQA.from_pretrained(model_dir, retriever=RealmRetriever.from_pretrained(other))
+    assert len(model.retriever) == len(DOCS)

@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 
 import pytest
 import yaml
@@ -415,3 +416,29 @@ def test_a_trust_remote_code_load_does_not_copy_realm_hf_source_on_the_next_save
     assert sorted(name for name in os.listdir(tmp_path) if name.endswith(".py")) == ["realm_hf_auto.py"]
     config = json.load(open(tmp_path / "tokenizer_config.json"))
     assert config["auto_map"] == {"AutoTokenizer": ["realm_hf_auto.RealmTokenizer", None]}
+
+
+def test_which_code_runs_with_realm_hf_imported(saved, tmp_path):
+    """
+    Issue 25, as docs/hub.md now says: with `import realm_hf`, AutoConfig and AutoModel use the registered classes and
+    never run the folder's realm_hf_auto.py; AutoTokenizer with `trust_remote_code=True` runs it (transformers prefers
+    a tokenizer's `auto_map` to a registered class), and realm-hf's own file then gives realm-hf's RealmTokenizer.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
+
+    path = tmp_path / "which-code-model"  # a name of its own: transformers caches a module by its folder's name
+    shutil.copytree(saved[2], path)
+    marker = tmp_path / "ran"
+    with open(path / "realm_hf_auto.py", "a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'a').write('ran\\n')\n")
+    ran = lambda: marker.read_text().count("ran") if marker.exists() else 0  # noqa: E731
+
+    assert type(AutoConfig.from_pretrained(path, trust_remote_code=True)) is RealmConfig
+    assert type(AutoModel.from_pretrained(path, trust_remote_code=True)) is RealmForOpenQA
+    assert type(AutoTokenizer.from_pretrained(path)) is RealmTokenizer
+    assert type(RealmTokenizer.from_pretrained(path)) is RealmTokenizer
+    assert ran() == 0
+    assert type(AutoTokenizer.from_pretrained(path, trust_remote_code=True)) is RealmTokenizer
+    assert ran() == 1

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from test_pipeline import QUESTIONS, build_tiny_model
+from test_pipeline import DOCS, QUESTIONS, build_tiny_model
 
 from realm_hf import RealmForOpenQA
 from realm_hf.retrieval_realm import RealmRetriever
@@ -272,3 +272,53 @@ def test_failed_model_save_keeps_the_previous_save(saves, model_dir, monkeypatch
         "retriever",
     ]
     assert len(RealmForOpenQA.from_pretrained(model_dir).retriever) == 6
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Issue 25: every file a load reads, and the config written from the saved corpus
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
+def test_top_level_files_linked_outside_are_refused_by_every_reader(saves, model_dir, tmp_path, name):
+    from realm_hf import RealmConfig, RealmTokenizer
+
+    _, tokenizer = build_tiny_model(str(tmp_path))
+    tokenizer.save_pretrained(model_dir)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.move(model_dir / name, outside / name)
+    os.symlink(outside / name, model_dir / name)
+    for read in (RealmForOpenQA.from_pretrained, RealmConfig.from_pretrained, RealmTokenizer.from_pretrained):
+        with pytest.raises(ValueError, match=f"{name} leads to .*symbolic link to .*outside"):
+            read(model_dir)
+
+
+def test_config_block_count_is_the_saved_corpus_even_with_documents_added_during_the_save(tmp_path, monkeypatch):
+    """Issue 25: documents added while a model saves made config.num_block_records disagree with the corpus."""
+    import threading
+
+    import realm_hf.modeling_base as modeling_base
+
+    model, _ = build_tiny_model(str(tmp_path))
+    real_write_auto_module = modeling_base.write_auto_module
+
+    def write_auto_module_while_a_thread_adds_documents(folder):
+        # Between the config (written first) and the retriever: another thread adds two documents.
+        documents = [
+            {"title": "unix", "text": "unix is an operating system ."},
+            {"title": "c", "text": "c is a language ."},
+        ]
+        thread = threading.Thread(
+            target=model.retriever.add_documents, args=(documents,), kwargs={"embedder": model.embedder}
+        )
+        thread.start()
+        thread.join()
+        return real_write_auto_module(folder)
+
+    monkeypatch.setattr(modeling_base, "write_auto_module", write_auto_module_while_a_thread_adds_documents)
+    model.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    manifest = json.loads((tmp_path / "saved" / MANIFEST).read_text())
+    assert config["num_block_records"] == manifest["num_blocks"] == len(DOCS) + 2
+    assert len(RealmForOpenQA.from_pretrained(tmp_path / "saved").retriever) == config["num_block_records"]

@@ -7,7 +7,9 @@ Every REALM model and tokenizer realm-hf saves therefore carries an `auto_map` (
 `tokenizer_config.json`) naming classes in `realm_hf_auto.py`, a few lines written next to them that import the
 installed realm-hf and raise "`pip install realm-hf`, then `import realm_hf`" when it is missing. transformers runs that
 file only with `trust_remote_code=True`; without it, it asks for `trust_remote_code=True` instead of giving the wrong
-advice. Once `realm_hf` is imported, the Auto classes use the registered classes and never run the file.
+advice. Once `realm_hf` is imported, `AutoConfig` and the Auto model classes use the registered classes and never run
+the file; `AutoTokenizer` with `trust_remote_code=True` still runs it (transformers 5 prefers a tokenizer's `auto_map`
+to a registered class), which gives realm-hf's own `RealmTokenizer`.
 See docs/hub.md.
 """
 

@@ -192,8 +192,15 @@ class RealmConfig(PreTrainedConfig):
 
         transformers only warns and then builds a REALM model with every weight freshly initialised, which answers
         nonsense without failing. A BERT checkpoint is a valid starting point, through `init_from_bert`.
+
+        A local directory is read as one save, as the models and the tokenizer read it (see
+        [`realm_hf.file_utils.consistent_read`]): an interrupted save is completed, a save in progress waited for,
+        and a `config.json` that is a link leading out of the directory is refused.
         """
-        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        from .file_utils import consistent_read  # local import: the config module imports nothing of realm-hf
+
+        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         model_type = config_dict.get("model_type")
         if model_type is not None and model_type != cls.model_type:
             hint = (

@@ -43,7 +43,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     ```python
     >>> with atomic_write("out/state.json") as f:
     ...     json.dump(state, f)
-    ```"""
+    ```
+
+    Every realm-hf writer goes through here ([`atomic_write`] for a file, [`staged_save`] for a set of entries,
+    [`replace_directory`] for a whole directory): the file is flushed to disk before the rename and the folder after.
+    """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write writes new files only: mode must be 'w' or 'wb', got {mode!r}.")
     path = os.fspath(path)
@@ -53,15 +57,23 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
+            # On disk before the rename: a crash (power loss) after it must find the whole new file, not an empty one.
+            f.flush()
+            os.fsync(f.fileno())
         # mkstemp creates the file readable by its owner only; give it the permissions `open` would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _fsync_dir(directory)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -198,16 +210,18 @@ def fsync_tree(root: str) -> None:
         _fsync_dir(folder)
 
 
-_held_locks: dict[str, int] = {}  # directory -> the thread holding its lock in this process
+_held_locks: dict[str, dict[int, str]] = {}  # directory -> {thread: "exclusive" or "shared"} held in this process
 _held_locks_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def directory_lock(directory: str) -> Iterator[None]:
+def directory_lock(directory: str, shared: bool = False) -> Iterator[None]:
     """
-    Hold an exclusive `flock` on `directory` (POSIX; nothing on Windows) so that two saves, or a save and the recovery
-    of an interrupted one, never interleave, across processes and threads. Re-entrant within a thread. The lock dies
-    with the process: a killed save leaves no stale lock behind.
+    Hold an `flock` on `directory` (POSIX; nothing on Windows): exclusive for a save, or the recovery of an
+    interrupted one, so that two never interleave across processes and threads; `shared` for a load, which so waits
+    for a save in progress to finish (and says so in a warning) and keeps saves out until it has read everything.
+    Re-entrant within a thread (a shared request inside an exclusive hold too). The lock dies with the process: a
+    killed save leaves no stale lock behind.
     """
     try:
         import fcntl  # POSIX only
@@ -215,24 +229,77 @@ def directory_lock(directory: str) -> Iterator[None]:
         yield
         return
     key, me = os.path.realpath(directory), threading.get_ident()
+    mode = "shared" if shared else "exclusive"
     with _held_locks_guard:
-        reentrant = _held_locks.get(key) == me
-    if reentrant:
+        held = _held_locks.get(key, {}).get(me)
+    if held == "exclusive" or held == mode:
         yield
         return
-    fd = os.open(directory, os.O_RDONLY)
+    if held is not None:
+        raise RuntimeError(
+            f"Cannot save into {directory} while this thread is loading it (a shared lock cannot become exclusive)."
+        )
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        if shared:  # a folder this process may read but not open (no permission): nothing to lock
+            yield
+            return
+        raise
     try:
         # Another thread of this process holding it blocks here too: flock locks belong to the open file.
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if shared:
+                logger.warning(
+                    "A save into %s is in progress (another process or thread is writing it): waiting for it to "
+                    "finish, so that this load reads exactly one save.",
+                    directory,
+                )
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         with _held_locks_guard:
-            _held_locks[key] = me
+            _held_locks.setdefault(key, {})[me] = mode
         try:
             yield
         finally:
             with _held_locks_guard:
-                _held_locks.pop(key, None)
+                holders = _held_locks.get(key, {})
+                holders.pop(me, None)
+                if not holders:
+                    _held_locks.pop(key, None)
     finally:
         os.close(fd)  # releases the lock
+
+
+def save_in_progress(directory: str | os.PathLike) -> bool:
+    """
+    Whether a save into `directory`, or into a directory that holds it, is under way (another process or thread
+    holds its exclusive lock) or was interrupted (its journal is there). Used to word load errors: a file that is
+    missing because a save is swapping it in is not a damaged save.
+    """
+    path = os.path.abspath(os.fspath(directory))
+    for folder in _enclosing_directories(path):
+        if os.path.isfile(os.path.join(folder, JOURNAL_NAME)):
+            return True
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            continue
+        with _held_locks_guard:
+            if _held_locks.get(os.path.realpath(folder)):
+                continue  # this process holds it: whatever it is doing, it is not hiding files from itself
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    return False
 
 
 class StagedSave:
@@ -380,6 +447,7 @@ def _finish_journal(target: str, journal: dict) -> None:
 def _read_journal(directory: str) -> dict:
     path = os.path.join(directory, JOURNAL_NAME)
     try:
+        check_inside(directory, path, JOURNAL_NAME, path)
         with open(path, encoding="utf-8") as f:
             journal = json.load(f)
         staging = journal["staging"]
@@ -389,11 +457,29 @@ def _read_journal(directory: str) -> dict:
             f"{path} (the journal of an interrupted realm-hf save) cannot be read ({err}). Delete it and save the "
             "model again."
         ) from None
-    # A journal could come from anywhere (a downloaded folder): it may only move entries inside this directory.
+    # A journal could come from anywhere (a downloaded folder): it may only move entries inside this directory, so
+    # its staging folder must be a real folder of this directory (not a link to one elsewhere), and no folder on the
+    # way to an entry, here or in the staging folder, may be a link leading out.
     if not isinstance(staging, str) or not staging.startswith(STAGING_PREFIX) or os.sep in staging or "/" in staging:
         raise OSError(f"{path} names {staging!r}, not a realm-hf staging folder: delete the journal.")
+    staging_path = os.path.join(directory, staging)
+    if os.path.islink(staging_path) or (os.path.lexists(staging_path) and not os.path.isdir(staging_path)):
+        raise OSError(
+            f"{path} names the staging folder {staging!r}, which is a symbolic link or not a folder: a journal may "
+            "only move files inside its own directory, so it is refused (nothing was moved). Delete the journal "
+            f"and the {staging!r} entry, and save the model again."
+        )
+    root = os.path.realpath(directory)
     for name in names:
-        check_relative_name(name, "an entry", path)
+        parts = check_relative_name(name, "an entry", path)
+        for base in (directory, staging_path, os.path.join(staging_path, ".old")):
+            parent = os.path.realpath(os.path.join(base, *parts[:-1]))
+            if parent != root and not parent.startswith(root.rstrip(os.sep) + os.sep):
+                raise OSError(
+                    f"{path} names the entry {name!r}, whose folder leads through a symbolic link to {parent}, outside "
+                    f"{directory}: a journal may only move files inside its own directory, so it is refused (nothing "
+                    "was moved). Delete the journal and save the model again."
+                )
     return journal
 
 
@@ -432,16 +518,158 @@ def recover_interrupted_save(directory: str | os.PathLike) -> bool:
     return True
 
 
+# What marks a directory whose saves replace the entries below it: a model directory (its `retriever/`, tokenizer
+# files), a retriever directory (its `tokenizer/`, `corpus/`), a sharded one (its shard folders).
+_SAVED_DIRECTORY_MARKERS = ("config.json", "retriever_manifest.json", "sharded_retriever_manifest.json", JOURNAL_NAME)
+# The files at the top of a saved directory that a load reads (transformers' config, weights and tokenizer files,
+# realm-hf's manifests and auto module): each must be inside the directory, not a link leading out of it. The files
+# a retriever manifest names (its index, corpus, tokenizer) are checked against the manifest, with its field's name.
+_LOADED_FILE = re.compile(
+    r"(?:.*\.json|.*\.safetensors|.*\.bin|.*\.model|.*\.jinja|vocab\.txt|merges\.txt|realm_\w*\.py)"
+)
+_ENCLOSING_LEVELS = 2  # model dir > retriever/ > tokenizer/: the deepest folder a load reads on its own
+
+
+def _enclosing_directories(path: str) -> list[str]:
+    """`path` and the directories above it (outermost first) whose saves may replace it: see `consistent_read`."""
+    found = [path]
+    folder = path
+    for _ in range(_ENCLOSING_LEVELS):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+        if any(os.path.lexists(os.path.join(folder, name)) for name in _SAVED_DIRECTORY_MARKERS):
+            found.append(folder)
+    return found[::-1]
+
+
+def _journal_covers(directory: str, path: str) -> bool:
+    """Whether `directory` holds the journal of an interrupted save that replaces `path` or something under it."""
+    if not os.path.isfile(os.path.join(directory, JOURNAL_NAME)):
+        return False
+    if os.path.normpath(directory) == os.path.normpath(path):
+        return True
+    journal = _read_journal(directory)  # refused if it would move anything out of the directory
+    relative = os.path.relpath(path, directory).replace(os.sep, "/")
+    return any(
+        name == relative or relative.startswith(name + "/") or name.startswith(relative + "/")
+        for name in journal["replace"] + journal["remove"]
+    )
+
+
+@contextlib.contextmanager
+def _read_lock(directory: str, path: str) -> Iterator[None]:
+    # A save killed after its commit point, between the completion below and the lock, leaves a journal: complete
+    # it and take the lock again (each round needs another save to commit and die meanwhile: a few rounds at most).
+    for _ in range(100):
+        if _journal_covers(directory, path):
+            recover_interrupted_save(directory)
+        with directory_lock(directory, shared=True):
+            if not _journal_covers(directory, path):
+                yield
+                return
+    raise OSError(f"{directory} keeps being saved into and interrupted: load it again once saves have stopped.")
+
+
+def check_loaded_files(directory: str | os.PathLike) -> None:
+    """
+    Refuse a file at the top of `directory` that a load reads (config, weights, tokenizer files, manifests: see
+    `_LOADED_FILE`) if it is a symbolic link leading out of the directory (a Hub cache snapshot's links into its
+    blob folder are allowed). The files a retriever's manifest lists are checked by the retriever's own load.
+    """
+    directory = os.fspath(directory)
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        if _LOADED_FILE.fullmatch(name) and not os.path.isdir(full):
+            check_inside(directory, full, name, directory)
+
+
+@contextlib.contextmanager
+def consistent_read(path: str | os.PathLike | None, subfolder: str | None = None) -> Iterator[None]:
+    r"""
+    Hold this while reading a saved directory (a model, its `retriever/`, a tokenizer or config folder): every
+    realm-hf reader goes through here, so all see the same single save.
+
+    - A save into `path`, or into a directory above it that replaces it (a model save replaces its `retriever/`;
+      a CLI output directory is swapped in by its parent), that was killed during its swap is completed first
+      ([`recover_interrupted_save`]), whichever reader comes first.
+    - A save in progress is waited for (a warning says "a save is in progress"), and no save can swap files in
+      until the `with` block ends: what it reads (weights, config, tokenizer, corpus, index) is one save.
+    - The files at the top of `path` that a load reads must not be symbolic links leading out of it
+      ([`check_loaded_files`]).
+
+    Does nothing for a path that is not a local directory (a Hub repo id). `subfolder` (as transformers'
+    `from_pretrained` takes it) names the folder inside `path` that is read.
+    """
+    if isinstance(path, (str, os.PathLike)) and subfolder:
+        path = os.path.join(path, subfolder)
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        yield
+        return
+    path = os.path.abspath(os.fspath(path))
+    with contextlib.ExitStack() as stack:
+        for directory in _enclosing_directories(path):
+            stack.enter_context(_read_lock(directory, path))
+        check_loaded_files(path)
+        yield
+
+
+def normalize_permissions(root: str) -> None:
+    """
+    Give `root` and everything under it the user's usual permissions (umask): libraries write through private (0600)
+    temporary files and folders, and an output should look like any file the user creates.
+    """
+    mask = _umask()
+    for directory, _dirs, files in os.walk(root):
+        os.chmod(directory, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
+
+
+@contextlib.contextmanager
+def replace_directory(output: str | os.PathLike) -> Iterator[str]:
+    r"""
+    Write a whole new directory in the yielded folder; when the `with` block ends without an error it replaces
+    `output` (created if missing) all at once, even if the process is killed: it is a [`staged_save`] into `output`'s
+    parent whose only entry is `output`, so the swap is journaled, and a swap killed half-way (the old directory moved
+    aside, the new one not yet in place) is completed by the next realm-hf load of `output`
+    ([`consistent_read`]) or the next `replace_directory` / save into the parent. On an error, `output` is unchanged.
+    Files and folders get the user's usual permissions (umask), not the private ones of temporary files.
+
+    Example:
+
+    ```python
+    >>> with replace_directory("my-index") as folder:
+    ...     retriever.save_pretrained(folder)
+    ```"""
+    output = os.path.abspath(os.fspath(output))
+    parent, name = os.path.split(output)
+    with staged_save(parent) as save:
+        folder = os.path.join(save.staging, name)
+        os.mkdir(folder)
+        yield folder
+        normalize_permissions(folder)
+        save.replace = [name]
+
+
 __all__ = [
     "allowed_roots",
     "atomic_write",
     "atomic_write_text",
     "check_inside",
+    "check_loaded_files",
     "check_relative_name",
+    "consistent_read",
     "directory_lock",
     "file_sha256",
     "fsync_tree",
+    "normalize_permissions",
     "recover_interrupted_save",
+    "replace_directory",
+    "save_in_progress",
     "staged_save",
     "StagedSave",
     "swap_into_place",

@@ -192,9 +192,11 @@ def load_referenced_retriever(
     Load the retriever named by the model config (`retriever_repo_id` and optionally `retriever_revision`,
     `retriever_repo_type` (default `"dataset"`), `retriever_subfolder`), or return `None` when there is no reference.
 
-    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is, but only for a model
-    loaded from a local directory: a model downloaded from the Hub (`allow_local_reference=False`, its repo id in
-    `referenced_by`) may not make realm-hf read a directory of this machine.
+    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is, but only when this
+    function is called with `allow_local_reference=True` (the default of a direct call: you asked for it).
+    `from_pretrained` follows a reference with `allow_local_reference=False` (the model's directory or repo id in
+    `referenced_by`): a model's `config.json` may not make realm-hf read another corpus on this machine (an absolute
+    path, `../`, or a folder relative to the working directory) without a word from you.
 
     Raises:
         `OSError`: The reference points at a repo without a retriever manifest, or offline without the files.
@@ -204,11 +206,15 @@ def load_referenced_retriever(
     if not repo_id:
         return None
     subfolder = getattr(config, "retriever_subfolder", None) or ""
-    if not allow_local_reference and (os.path.isabs(repo_id) or os.path.exists(repo_id) or repo_id.startswith(".")):
+    if not allow_local_reference and _is_local_reference(repo_id):
+        kind = "model directory" if referenced_by and os.path.isdir(referenced_by) else "model repo"
         raise ValueError(
-            f"The model repo {referenced_by!r} names a local path as its retriever (config.retriever_repo_id="
-            f"{repo_id!r}): a downloaded repo may not make realm-hf read outside it. If you trust that path, load it "
-            "yourself: `RealmForOpenQA.from_pretrained(repo_id, retriever=RealmRetriever.from_pretrained(path))`."
+            f"The {kind} {referenced_by!r} names a local path as its retriever (config.retriever_repo_id="
+            f"{repo_id!r}): a model may not make realm-hf read another corpus on this machine, outside it, without "
+            "your say (a downloaded repo may not make realm-hf read outside it). If you trust that path, load it "
+            "yourself: `RealmForOpenQA.from_pretrained(model, retriever=RealmRetriever.from_pretrained(path))`, or "
+            "`realm_hf.hub.load_referenced_retriever(model)`; or remove the reference (`set_retriever_reference("
+            "model.config, None)`) and save the model with its corpus in its `retriever/` folder."
         )
     if os.path.isdir(repo_id):
         return _retriever_from_dir(model, os.path.join(repo_id, subfolder) if subfolder else repo_id)
@@ -227,6 +233,18 @@ def load_referenced_retriever(
             f"{MANIFEST_NAME} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
         )
     return _retriever_from_dir(model, local)
+
+
+def _is_local_reference(repo_id: str) -> bool:
+    """Whether a `retriever_repo_id` names a path of this machine rather than a Hub repo id (`name` or `owner/name`)."""
+    return (
+        os.path.isabs(repo_id)
+        or os.path.exists(repo_id)
+        or repo_id.startswith((".", "~"))
+        or "\\" in repo_id
+        or ".." in repo_id.split("/")
+        or repo_id.count("/") > 1
+    )
 
 
 def _retriever_from_dir(model, path: str, verify_checksums: bool = True):
@@ -264,8 +282,10 @@ def set_retriever_reference(
 ) -> None:
     r"""
     Point a model config at a retriever stored elsewhere (a dataset repo from [`push_corpus_to_hub`] or a local
-    directory). The fields are saved in `config.json`; `from_pretrained` follows them when the model directory or repo
-    has no `retriever/` folder. `repo_id=None` removes the reference.
+    directory). The fields are saved in `config.json`; `from_pretrained` follows a Hub repo id when the model
+    directory or repo has no `retriever/` folder. A local directory is never followed by `from_pretrained` (a model's
+    config may not make realm-hf read another corpus on disk unasked): load it with [`load_referenced_retriever`].
+    `repo_id=None` removes the reference.
 
     Args:
         config ([`RealmConfig`]): The model's config (`model.config`).

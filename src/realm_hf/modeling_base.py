@@ -13,7 +13,7 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredict
 from .auto_map import model_auto_map, prepare_save, write_auto_module
 from .configuration_realm import RealmConfig
 from .constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from .file_utils import check_inside, recover_interrupted_save, staged_save
+from .file_utils import check_inside, consistent_read, recover_interrupted_save, staged_save
 
 
 class RealmPreTrainedModel(PreTrainedModel):
@@ -49,13 +49,13 @@ class RealmPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         r"""
-        transformers' `from_pretrained`; a local directory whose save was interrupted while its files were being
-        swapped in is completed first (see [`~RealmPreTrainedModel.save_pretrained`]), so it loads as one save.
+        transformers' `from_pretrained`, reading a local directory as one save: a save into it that was interrupted
+        while its files were being swapped in is completed first (see [`~RealmPreTrainedModel.save_pretrained`]), a
+        save in progress is waited for, and its config, weights and tokenizer files must not be links leading out of
+        it (see [`realm_hf.file_utils.consistent_read`]).
         """
-        path = pretrained_model_name_or_path
-        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
-            recover_interrupted_save(path)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         r"""
@@ -85,6 +85,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         from .retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
             rebind_model_files,
             record_model_files,
+            record_num_blocks,
             stale_weight_files,
             track_saved_index,
             write_retriever,
@@ -113,9 +114,11 @@ class RealmPreTrainedModel(PreTrainedModel):
             staged_retriever = os.path.join(save.staging, RETRIEVER_SUBFOLDER)
             rebound = False
             if retriever is not None:
-                write_retriever(
+                manifest = write_retriever(
                     retriever, staged_retriever, corpus_format, model_files=record_model_files(save.staging)
                 )
+                # From the corpus as written (the retriever's locked state), not from before: see record_num_blocks.
+                record_num_blocks(self.config, save.staging, manifest["num_blocks"])
             elif os.path.isdir(retriever_dir):
                 rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
             if write_extra is not None:

@@ -9,6 +9,7 @@ import threading
 import torch
 
 from .configuration_realm import RealmConfig
+from .file_utils import consistent_read
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
@@ -130,16 +131,18 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         A local directory whose save was interrupted while its files were being swapped in is completed first (see
         [`~RealmForOpenQA.save_pretrained`]); weights and retriever from two different saves are refused.
         """
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
-        if retriever is None and load_retriever:
-            retriever = _load_retriever_for(
-                model,
-                pretrained_model_name_or_path,
-                allow_pickle=allow_pickle,
-                verify_checksums=verify_checksums,
-                **kwargs,
-            )
+        # One save: no save into the directory swaps files in between the weights and the retriever being read.
+        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
+            if retriever is None and load_retriever:
+                retriever = _load_retriever_for(
+                    model,
+                    pretrained_model_name_or_path,
+                    allow_pickle=allow_pickle,
+                    verify_checksums=verify_checksums,
+                    **kwargs,
+                )
         model.set_retriever(retriever)
         return loaded
 

@@ -80,8 +80,12 @@ def load_retriever_for_checkpoint(
         # No corpus in the directory: the config may name one (a dataset repo or a local folder).
         from .hub import load_referenced_retriever
 
+        # Hub repo ids only: a local model's config may not point realm-hf at another corpus on disk unasked.
         return load_referenced_retriever(
-            model, **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")}
+            model,
+            allow_local_reference=False,
+            referenced_by=path,
+            **{k: v for k, v in kwargs.items() if k in ("cache_dir", "token", "local_files_only")},
         )
     if os.path.exists(os.path.join(path, LEGACY_BLOCK_RECORDS)) and pickle_allowed(allow_pickle):
         from transformers import AutoTokenizer

@@ -27,11 +27,11 @@ import contextlib
 import logging
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 
 import torch
+
+from .file_utils import consistent_read, normalize_permissions, staged_save
 
 logger = logging.getLogger(__name__)
 
@@ -231,8 +231,10 @@ def add_lora(
 def save_adapter(peft_model, save_directory: str | os.PathLike, **kwargs) -> str:
     r"""
     Save only the adapter: `adapter_config.json` and `adapter_model.safetensors` (no pickle), a few hundred KB for a
-    base-size model. Files are written to a temporary folder next to `save_directory` and moved in one by one
-    with `os.replace`, so a crash never leaves a half-written adapter.
+    base-size model. All or nothing, even if killed: the files are written into a temporary folder inside
+    `save_directory` and swapped in under a journal ([`realm_hf.file_utils.staged_save`], as a model save), so the
+    directory holds the previous adapter or this one, never a config of one and weights of the other. Other files in
+    the directory are kept.
 
     Args:
         peft_model (`peft.PeftModel`): The adapted model (from [`add_lora`] or [`load_adapter`]).
@@ -249,26 +251,17 @@ def save_adapter(peft_model, save_directory: str | os.PathLike, **kwargs) -> str
     save_directory = os.path.abspath(os.fspath(save_directory))
     if os.path.exists(save_directory) and not os.path.isdir(save_directory):
         raise ValueError(f"{save_directory} exists and is not a directory.")
-    parent = os.path.dirname(save_directory)
-    os.makedirs(parent, exist_ok=True)
     kwargs["safe_serialization"] = True
-    tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(save_directory)}.tmp-", dir=parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    mode = 0o666 & ~umask
-    try:
+    with staged_save(save_directory) as save:
         with _input_embeddings_for_peft(peft_model):
-            peft_model.save_pretrained(tmp_dir, **kwargs)
-        os.makedirs(save_directory, exist_ok=True)
-        for root, _dirs, files in os.walk(tmp_dir):
-            target_root = os.path.join(save_directory, os.path.relpath(root, tmp_dir))
-            os.makedirs(target_root, exist_ok=True)
-            for name in files:
-                source = os.path.join(root, name)
-                os.chmod(source, mode)  # safetensors writes private temporary files; adapters are ordinary files
-                os.replace(source, os.path.join(target_root, name))
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+            peft_model.save_pretrained(save.staging, **kwargs)
+        normalize_permissions(save.staging)  # safetensors writes private temporary files; adapters are ordinary
+        # Each file, not whole folders: adapters saved earlier under other names (their subfolders) are kept.
+        save.replace = sorted(
+            os.path.relpath(os.path.join(root, name), save.staging).replace(os.sep, "/")
+            for root, _dirs, files in os.walk(save.staging)
+            for name in files
+        )
     return save_directory
 
 
@@ -305,7 +298,8 @@ def load_adapter(
                 f"{adapter_directory} has no adapter_model.safetensors; pickled adapters are not loaded. "
                 "Re-save the adapter with `save_adapter` (safetensors)."
             )
-    with _input_embeddings_for_peft(base_model):
+    # Read as one save: a save_adapter killed during its swap is completed first, one in progress waited for.
+    with consistent_read(adapter_directory), _input_embeddings_for_peft(base_model):
         peft_model = PeftModel.from_pretrained(
             base_model, adapter_directory, adapter_name=adapter_name, is_trainable=is_trainable, **kwargs
         )

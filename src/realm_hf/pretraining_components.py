@@ -8,6 +8,7 @@ import os
 from typing import Self
 
 from .configuration_realm import RealmConfig
+from .file_utils import consistent_read
 from .modeling_base import prepare_local_load
 from .modeling_embedder import RealmEmbedder, RealmScorer
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder
@@ -185,16 +186,17 @@ class RealmPreTrainingCheckpointsMixin:
             load_retriever (`bool`, *optional*, defaults to `True`): `False` loads the weights alone.
             verify_checksums (`bool`, *optional*, defaults to `True`): As in [`RealmForOpenQA.from_pretrained`].
         """
-        retriever_dir = None
-        if retriever is None and load_retriever:
-            retriever_dir = prepare_local_load(pretrained_model_name_or_path)
-        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        if retriever_dir is not None:
-            from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss
-            from .retrieval_realm import RealmRetriever
+        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            retriever_dir = None
+            if retriever is None and load_retriever:
+                retriever_dir = prepare_local_load(pretrained_model_name_or_path)
+            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            if retriever_dir is not None:
+                from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss
+                from .retrieval_realm import RealmRetriever
 
-            check_model_files(retriever_dir, str(pretrained_model_name_or_path), verify_checksums)
-            retriever = RealmRetriever.from_pretrained(retriever_dir, verify_checksums=verify_checksums)
+                check_model_files(retriever_dir, str(pretrained_model_name_or_path), verify_checksums)
+                retriever = RealmRetriever.from_pretrained(retriever_dir, verify_checksums=verify_checksums)
         model.retriever = retriever
         model.tokenizer = tokenizer
         return model

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .file_utils import consistent_read
+
 if TYPE_CHECKING:
     from .configuration_realm import RealmConfig
 
@@ -19,16 +21,18 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
     from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
     from .retrieval_realm import RealmRetriever
 
-    if model_dir is not None:
-        check_model_files(path, model_dir, verify_checksums=verify_checksums)
-    # The fingerprint (stale-index warning) only means something against the document embedder: the model's own
-    # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
-    document_embedder = getattr(model, "document_embedder", None)
-    if document_embedder is not None:
-        return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
-    return RealmRetriever.from_pretrained(
-        path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
-    )
+    # One save: the model files checked are those of the manifest the retriever is then loaded with.
+    with consistent_read(path):
+        if model_dir is not None:
+            check_model_files(path, model_dir, verify_checksums=verify_checksums)
+        # The fingerprint (stale-index warning) only means something against the document embedder: the model's own
+        # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
+        document_embedder = getattr(model, "document_embedder", None)
+        if document_embedder is not None:
+            return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
+        return RealmRetriever.from_pretrained(
+            path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
+        )
 
 
 def check_retriever_dim(retriever, config: RealmConfig) -> None:

@@ -9,6 +9,7 @@ from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
 
 from .auto_map import prepare_save, tokenizer_auto_map, write_auto_module
+from .file_utils import consistent_read
 
 # One lock per tokenizer object. A 🤗 Tokenizers-backed tokenizer keeps its padding and truncation settings in the
 # shared Rust object: each call first sets them (`set_truncation_and_padding`), then encodes. Two threads calling
@@ -71,6 +72,17 @@ class RealmTokenizer(BertTokenizer):
         # RealmTokenizer can be called from several threads, also outside realm-hf.
         with tokenizer_lock(self):
             return super()._encode_plus(*args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """
+        [`~transformers.PreTrainedTokenizerBase.from_pretrained`], reading a local directory as one save, as the
+        models do: a save into it (or into the model directory holding it) interrupted while swapping its files in is
+        completed first, a save in progress is waited for, and its files must not be links leading out of it (see
+        [`realm_hf.file_utils.consistent_read`]).
+        """
+        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """

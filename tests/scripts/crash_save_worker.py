@@ -1,4 +1,5 @@
-"""Child process of tests/test_crash_safety.py: saves a model over an earlier save and dies there by SIGKILL.
+"""Child process of tests/test_crash_safety.py: saves a model (and its tokenizer) over an earlier save and dies there by
+SIGKILL.
 
 Started once (the imports take seconds); each request forks a fresh child that loads the "new" model and saves it
 over the target directory, killed with SIGKILL before its N-th filesystem operation (`kill-after N`) or after a
@@ -22,7 +23,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import datasets  # noqa: E402
 import transformers  # noqa: E402
 
-from realm_hf import RealmForOpenQA  # noqa: E402
+from realm_hf import RealmForOpenQA, RealmTokenizer  # noqa: E402
 
 datasets.disable_progress_bars()
 transformers.logging.set_verbosity_error()
@@ -57,10 +58,11 @@ def count_operations(kill_after):
 
 def child(request, model_dir):
     model = RealmForOpenQA.from_pretrained(model_dir)
+    tokenizer = RealmTokenizer.from_pretrained(model_dir)
     if request.get("kill_at") is not None:
         threading.Timer(request["kill_at"], os.kill, (os.getpid(), signal.SIGKILL)).start()
     ops = count_operations(request.get("kill_after"))
-    model.save_pretrained(request["target"])
+    model.save_pretrained(request["target"], tokenizer=tokenizer)
     return ops
 
 

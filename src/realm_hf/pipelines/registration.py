@@ -33,6 +33,7 @@ from typing import Any
 
 from transformers import Pipeline
 
+from ..file_utils import atomic_write_text
 from ..modeling_realm import RealmForOpenQA
 from ..precision import parse_dtype
 from .question_answering import RealmQuestionAnsweringPipeline
@@ -92,10 +93,7 @@ def declare_pipeline(config) -> None:
 def write_pipeline_module(save_directory: str | os.PathLike) -> str:
     """Write `realm_pipeline.py` (one import of the installed pipeline) for `trust_remote_code=True` loading."""
     path = os.path.join(save_directory, PIPELINE_MODULE_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(_PIPELINE_MODULE_SOURCE)
-    os.replace(tmp, path)
+    atomic_write_text(path, _PIPELINE_MODULE_SOURCE)
     return path
 
 

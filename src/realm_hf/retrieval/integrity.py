@@ -12,7 +12,7 @@ import re
 
 from ..auto_map import tokenizer_auto_map
 from ..constants import CORPUS_DIR, FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, SHARDED_MANIFEST_NAME
-from ..file_utils import check_inside, check_relative_name, file_sha256, recover_interrupted_save
+from ..file_utils import check_inside, check_relative_name, consistent_read, file_sha256, save_in_progress
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ def _read_manifest(path: str) -> dict:
                 " It is a sharded retriever save: load it with `ShardedRealmRetriever.from_pretrained` (on one "
                 "process it holds every shard; `.to_retriever()` merges them into one RealmRetriever)."
             )
+        _refuse_during_save(path, manifest_path, "is missing")
         raise OSError(f"{path} has no {MANIFEST_NAME}: it is not a realm-hf retriever directory.{hint}")
     check_inside(path, manifest_path, MANIFEST_NAME, manifest_path)
     try:
@@ -81,6 +82,19 @@ def _read_manifest(path: str) -> dict:
     return manifest
 
 
+def _refuse_during_save(directory: str, path: str, what: str) -> None:
+    """
+    Before calling a file damaged: when a save into `directory` is in progress (or was interrupted), say so instead
+    (the file is being swapped in, not lost). realm-hf's own loads wait for saves, so this is another reader's case.
+    """
+    if save_in_progress(directory):
+        raise OSError(
+            f"{path} {what}: a save into {directory} is in progress (or was interrupted), so its files are being "
+            "replaced. Load it again once the save has finished (realm-hf loads wait for a save in progress and "
+            "complete an interrupted one)."
+        )
+
+
 def _inside(directory: str, relative, what: str, source: str, recursive: bool = True) -> str:
     """`directory/relative`, refused when `relative` or a symbolic link on the way leads out of `directory`."""
     full = os.path.join(directory, *check_relative_name(relative, what, source))
@@ -113,12 +127,14 @@ def _check_files(directory: str, files, verify_checksums: bool, source: str, wha
         if not isinstance(expected, dict) or not isinstance(expected.get("size"), int):
             raise ValueError(f"{source}: the entry of {relative!r} in {what} is malformed. {_REBUILD_HINT}")
         if not os.path.isfile(full):
+            _refuse_during_save(directory, full, "is missing")
             raise OSError(
                 f"{full} is missing, but {source} lists it: the directory is incomplete (a file was deleted or not "
                 "copied). Restore the file from the original save, or save the model or retriever again."
             )
         size = os.path.getsize(full)
         if size != expected["size"]:
+            _refuse_during_save(directory, full, f"has {size} bytes, not the {expected['size']} {source} recorded")
             raise ValueError(
                 f"{full} has {size} bytes but {source} recorded {expected['size']}: the file is truncated, changed or "
                 "comes from another save. Restore it from the original save, or save the model or retriever again."
@@ -262,8 +278,8 @@ def check_model_files(retriever_dir: str, model_dir: str, verify_checksums: bool
     different saves are never used together. A retriever saved on its own (attached with
     `RealmRetriever.save_pretrained`, `realm-hf index --attach-to`) records no model files and passes.
     """
-    recover_interrupted_save(retriever_dir)
-    manifest = _read_manifest(retriever_dir)
+    with consistent_read(retriever_dir):
+        manifest = _read_manifest(retriever_dir)
     files = manifest.get("model_files")
     if not files:
         return

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, TOKENIZER_DIR
-from ..file_utils import recover_interrupted_save, staged_save
+from ..file_utils import consistent_read, staged_save
 from .corpus import BlockCorpus, _check_corpus_columns
 from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
 from .integrity import (  # noqa: F401 - some only re-exported: they were importable from here
@@ -277,11 +277,12 @@ def build_manifest(retriever) -> dict:
 
 def write_retriever(
     retriever, directory: str, corpus_format: str = "arrow", max_shard_size="500MB", model_files: dict | None = None
-) -> None:
+) -> dict:
     """
     Write `retriever`'s corpus, index, tokenizer and manifest into `directory`, a new or empty folder (the staging
     folder of a save), under the retriever's lock. The manifest records the size and sha256 of every file and, given
-    `model_files` (see [`record_model_files`]), the weights saved with it.
+    `model_files` (see [`record_model_files`]), the weights saved with it. Returns the manifest: its `num_blocks` is
+    the size of the corpus written (documents added meanwhile are not in it), what a model's config must record.
     """
     if corpus_format not in ("arrow", "parquet"):
         raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
@@ -312,6 +313,24 @@ def write_retriever(
     with open(os.path.join(directory, MANIFEST_NAME), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
+    return manifest
+
+
+def record_num_blocks(config, model_dir: str, num_blocks: int) -> None:
+    """
+    Set `config.num_block_records` (and the one in `model_dir/config.json`, written just before the retriever) to
+    `num_blocks`, the block count of the corpus saved with the model, taken under the retriever's lock with it:
+    documents added while the model saves then change neither, and config and corpus agree.
+    """
+    config.num_block_records = int(num_blocks)
+    path = os.path.join(model_dir, "config.json")
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    if saved.get("num_block_records") != int(num_blocks):
+        saved["num_block_records"] = int(num_blocks)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(saved, f, indent=2, sort_keys=True)
+            f.write("\n")
 
 
 def track_saved_index(retriever, directory: str) -> None:
@@ -352,9 +371,26 @@ def load_retriever_parts(
     """
     Read and check a saved retriever directory: the manifest against the model's expectations, every file against
     the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
+    against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`. Read as one save (a save
+    into it, or into the model directory holding it, is completed or waited for: see
+    [`realm_hf.file_utils.consistent_read`]).
+    """
+    with consistent_read(path):
+        return _load_retriever_parts(path, expected_dim, expected_num_blocks, mmap, verify_checksums)
+
+
+def _load_retriever_parts(
+    path: str,
+    expected_dim: int | None = None,
+    expected_num_blocks: int | None = None,
+    mmap: bool = True,
+    verify_checksums: bool = True,
+) -> tuple[dict, BlockCorpus, BlockIndex, object]:
+    """
+    Read and check a saved retriever directory: the manifest against the model's expectations, every file against
+    the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
     against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`.
     """
-    recover_interrupted_save(path)
     manifest = _read_manifest(path)
     dim = int(manifest["embedding_dim"])
     num_blocks = int(manifest["num_blocks"])
