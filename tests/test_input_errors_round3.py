@@ -135,3 +135,34 @@ def test_nan_reader_weights_are_an_error_not_an_empty_answer(tmp_path):
     ):
         with pytest.raises(ValueError, match="The reader's span scores are NaN"):
             call()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A tokenizer without its vocabulary is an error, not 5 special tokens that make every word [UNK]
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_tokenizer_without_vocabulary_names_the_missing_file(tiny, tmp_path):
+    from transformers import AutoTokenizer
+
+    from realm_hf import RealmTokenizer
+
+    with pytest.raises(OSError, match=r"the folder .* has no tokenizer.json or vocab.txt.*every word would become"):
+        RealmTokenizer.from_pretrained(tmp_path)
+    with pytest.raises(OSError, match=r"'google/realm-cc-news-pretrained-openqa' is not a local folder.*HF_HUB_OFF"):
+        RealmTokenizer.from_pretrained("google/realm-cc-news-pretrained-openqa")
+    saved = tmp_path / "tokenizer"
+    tiny[1].save_pretrained(saved)
+    assert len(AutoTokenizer.from_pretrained(saved)) == len(tiny[1])
+    (saved / "tokenizer.json").unlink()  # tokenizer_config.json names RealmTokenizer: AutoTokenizer resolves to it
+    with pytest.raises(OSError, match="has no tokenizer.json or vocab.txt"):
+        AutoTokenizer.from_pretrained(saved)
+
+
+def test_cli_tokenizer_lookup_refuses_a_folder_without_vocabulary(tmp_path):
+    from realm_hf.cli.common import CLIError, load_tokenizer
+
+    # A plain BERT tokenizer config (not realm-hf's class) and no vocabulary file.
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer"}')
+    with pytest.raises(CLIError, match="has no tokenizer.json or vocab.txt"):
+        load_tokenizer(str(tmp_path))
