@@ -198,3 +198,214 @@ def test_config_json_with_a_bad_value_names_the_field_at_load(tmp_path):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(ValueError, match="`max_span_width`"):
         RealmConfig.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Documents: one doc_id type per corpus, empty texts named, damaged corpora refused at load
+# ------------------------------------------------------------------------------------------------------------------
+
+BUILD = dict(max_block_length=32, show_progress=False)
+
+
+def test_one_doc_id_type_per_corpus(tiny):
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match=r"Documents 0 and 1 have doc_ids of different types \(str '3'"):
+        RealmRetriever.from_documents(
+            [{"doc_id": 3, "text": "one"}, {"doc_id": "3", "text": "two"}], model.embedder, tokenizer, **BUILD
+        )
+    with pytest.raises(ValueError, match=r"Document 0's doc_id is \[1\] \(list\): a doc_id is an integer or a str"):
+        RealmRetriever.from_documents([{"doc_id": [1], "text": "one"}], model.embedder, tokenizer, **BUILD)
+    retriever = RealmRetriever.from_documents(
+        [{"doc_id": np.int64(3), "text": "three"}, {"doc_id": 4, "text": "four"}], model.embedder, tokenizer, **BUILD
+    )
+    with pytest.raises(ValueError, match=r"doc_id '3' is a str, but this corpus's doc_ids are integers.*int\('3'\)"):
+        retriever.add_documents([{"doc_id": "3", "text": "another three"}], model.embedder)
+    with pytest.raises(ValueError, match=r"doc_id '3' is a str, but this corpus's doc_ids are integers"):
+        retriever.remove_documents("3")
+    with pytest.raises(ValueError, match=r"doc_ids\[0\] is \[3\] \(list\)"):
+        retriever.remove_documents([[3]])
+    assert len(retriever) == 2
+    retriever.remove_documents(np.int64(3))
+    assert retriever.get_block_texts(retriever.block_ids.tolist()) == ["four"]
+
+    named = RealmRetriever.from_documents([{"doc_id": "a", "text": "one"}], model.embedder, tokenizer, **BUILD)
+    with pytest.raises(ValueError, match=r"doc_id 7 is a int, but this corpus's doc_ids are strings.*str\(7\)"):
+        named.add_documents([{"doc_id": 7, "text": "seven"}], model.embedder)
+    assert len(named) == 1
+
+
+def test_documents_without_text_are_named_in_a_warning(tiny, caplog):
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    model, tokenizer = tiny
+    documents = [{"doc_id": 1, "text": ""}, {"doc_id": 2, "text": "two"}, {"doc_id": 3, "text": " \x00 "}]
+    with caplog.at_level("WARNING", logger="realm_hf"):
+        retriever = RealmRetriever.from_documents(documents, model.embedder, tokenizer, **BUILD)
+    assert "2 document(s) have no text and are left out of the corpus" in caplog.text
+    assert "doc_id [1, 3]" in caplog.text
+    assert len(retriever) == 1
+
+
+def _rewrite_corpus(directory, change):
+    """Replace a saved retriever's corpus by `change(corpus)` and re-record its files, as a damaged save would be."""
+    import json
+    import shutil
+
+    import datasets
+
+    from realm_hf.constants import MANIFEST_NAME
+    from realm_hf.retrieval.integrity import _record_files
+
+    corpus = change(datasets.load_from_disk(str(directory / "corpus")))
+    corpus.save_to_disk(str(directory / "new_corpus"))
+    shutil.rmtree(directory / "corpus")
+    (directory / "new_corpus").rename(directory / "corpus")
+    manifest = json.loads((directory / MANIFEST_NAME).read_text())
+    manifest["files"] = _record_files(str(directory))
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def test_damaged_corpora_are_refused_at_load(tiny, tmp_path):
+    import datasets
+
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    retriever = tiny[0].retriever
+    numbers = tmp_path / "numbers"
+    retriever.save_pretrained(numbers)
+    _rewrite_corpus(numbers, lambda c: c.map(lambda _, i: {"text": i}, with_indices=True, remove_columns=["text"]))
+    with pytest.raises(ValueError, match="The corpus's `text` column holds int64, not strings"):
+        RealmRetriever.from_pretrained(numbers)
+
+    short = tmp_path / "short"
+    retriever.save_pretrained(short)
+    unsized = datasets.Sequence(datasets.Value("float32"))  # a schema without a length, as Parquet gives
+    _rewrite_corpus(
+        short, lambda c: c.map(lambda row: {"embeddings": row["embeddings"][:8]}).cast_column("embeddings", unsized)
+    )
+    with pytest.raises(ValueError, match="The corpus embeddings have dimension 8 but the index has 16"):
+        RealmRetriever.from_pretrained(short)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The legacy retriever API (code ported from transformers 4)
+# ------------------------------------------------------------------------------------------------------------------
+
+# transformers v4.41 tests/models/realm/test_retrieval_realm.py: its vocabulary and block records.
+LEGACY_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "test", "question", "this", "is", "the", "first"]
+LEGACY_VOCAB += ["second", "third", "fourth", "fifth", "record", "want", "##want", "##ed", "wa", "un", "runn"]
+LEGACY_VOCAB += ["##ing", ",", "low", "lowest"]
+LEGACY_RECORDS = [f"This is the {n} record" for n in ("first", "second", "third", "fourth", "fifth")]
+LEGACY_RECORDS.append("This is a longer longer longer record")
+
+
+@pytest.fixture
+def legacy_retriever(tmp_path):
+    from realm_hf import RealmTokenizer
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in LEGACY_VOCAB))
+    tokenizer = RealmTokenizer.from_pretrained(tmp_path)
+    embeddings = np.random.default_rng(0).standard_normal((len(LEGACY_RECORDS), 4)).astype(np.float32)
+    return RealmRetriever.from_embeddings(embeddings, LEGACY_RECORDS, tokenizer=tokenizer)
+
+
+def test_transformers_test_retrieve_passes(legacy_retriever):
+    """transformers' own `test_retrieve`, against the legacy `__call__` (it failed on `special_tokens_mask`)."""
+    from realm_hf import RealmConfig
+
+    retriever, config = legacy_retriever, RealmConfig(num_block_records=5)
+    tokenizer = retriever.tokenizer
+    retrieved_block_ids = np.array([0, 3], dtype=np.int64)
+    question_input_ids = tokenizer(["Test question"]).input_ids
+    answer_ids = tokenizer(
+        ["the fourth"], add_special_tokens=False, return_token_type_ids=False, return_attention_mask=False
+    ).input_ids
+    has_answers, start_pos, end_pos, concat_inputs = retriever(
+        retrieved_block_ids,
+        question_input_ids,
+        answer_ids=answer_ids,
+        max_length=config.reader_seq_len,
+        return_tensors="np",
+    )
+    assert len(has_answers) == len(start_pos) == len(end_pos) == 2
+    for key in ("input_ids", "attention_mask", "token_type_ids", "special_tokens_mask"):
+        assert concat_inputs[key].shape == (2, 10)
+    assert tokenizer.convert_ids_to_tokens(concat_inputs.input_ids[1]) == [
+        "[CLS]", "test", "question", "[SEP]", "this", "is", "the", "fourth", "record", "[SEP]"
+    ]  # fmt: skip
+    assert concat_inputs.special_tokens_mask[1].tolist() == [1, 0, 0, 1, 0, 0, 0, 0, 0, 1]
+
+
+def test_transformers_test_block_has_answer_passes(legacy_retriever):
+    tokenizer = legacy_retriever.tokenizer
+    answer_ids = tokenizer(
+        ["the fourth", "longer longer"],
+        add_special_tokens=False,
+        return_token_type_ids=False,
+        return_attention_mask=False,
+    ).input_ids
+    has_answers, start_pos, end_pos, _ = legacy_retriever(
+        np.array([0, 3, 5]),
+        tokenizer(["Test question"]).input_ids,
+        answer_ids=answer_ids,
+        max_length=320,
+        return_tensors="np",
+    )
+    assert has_answers == [False, True, True]
+    assert start_pos == [[-1, -1, -1], [6, -1, -1], [6, 7, 8]]
+    assert end_pos == [[-1, -1, -1], [7, -1, -1], [7, 8, 9]]
+
+
+def test_legacy_positional_constructor_says_what_replaces_it(legacy_retriever):
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    records = np.array([text.encode() for text in LEGACY_RECORDS], dtype=object)
+    with pytest.raises(TypeError, match=r"transformers 4 constructor.*from_legacy.*from_documents"):
+        RealmRetriever(records, legacy_retriever.tokenizer)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The CLI's readers and outputs
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_question_file_with_a_byte_order_mark_is_read_as_json_lines(tmp_path):
+    from realm_hf.cli.readers import load_qa, read_questions
+
+    path = tmp_path / "questions.txt"
+    path.write_bytes(b'\xef\xbb\xbf{"question": "who wrote unix?"}\n{"question": "what is lisp?"}\n')
+    assert [item[1] for item in read_questions(file=str(path))] == ["who wrote unix?", "what is lisp?"]
+    qa_file = tmp_path / "qa.jsonl"
+    qa_file.write_bytes(b'\xef\xbb\xbf{"question": "who wrote unix?", "answers": ["ken"]}\n')
+    assert load_qa(str(qa_file), "question", "answers")["question"] == ["who wrote unix?"]
+
+
+def test_cli_names_a_directory_given_as_a_file(tmp_path):
+    from realm_hf.cli.common import CLIError
+    from realm_hf.cli.readers import read_questions
+
+    with pytest.raises(CLIError, match="is a directory: give a file of questions"):
+        read_questions(file=str(tmp_path))
+
+
+def test_cli_null_document_text_names_file_and_record(tmp_path):
+    from realm_hf.cli.common import CLIError
+    from realm_hf.cli.readers import load_documents
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"title": "a", "text": "one"}\n{"title": "b", "text": null}\n')
+    with pytest.raises(CLIError, match=rf"{path}: record 2: the text is missing \(null\)"):
+        load_documents([str(path)])
+
+
+def test_cli_evaluate_output_directory_is_named_before_any_work(tmp_path, capsys):
+    from realm_hf.cli import main
+
+    qa_file = tmp_path / "qa.jsonl"
+    qa_file.write_text('{"question": "who wrote unix?", "answers": ["ken"]}\n')
+    status = main(["-q", "evaluate", str(qa_file), "--model", str(tmp_path / "no-model"), "--output", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2 and f"--output {str(tmp_path)!r} is a directory: give a file name" in err
