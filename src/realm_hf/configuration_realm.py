@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from transformers import PreTrainedConfig
 
 
@@ -137,7 +139,8 @@ class RealmConfig(PreTrainedConfig):
         self.eos_token_id = eos_token_id
         self.tie_word_embeddings = tie_word_embeddings
 
-        # Reader config
+        # Reader config: checked here, where a wrong value enters, instead of failing deep in a forward pass.
+        _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searcher_beam_size)
         self.span_hidden_size = span_hidden_size
         self.max_span_width = max_span_width
         self.reader_layer_norm_eps = reader_layer_norm_eps
@@ -215,6 +218,32 @@ class RealmConfig(PreTrainedConfig):
             )
         return config_dict, kwargs
 
+
+def _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searcher_beam_size) -> None:
+    """Refuse reader and searcher sizes no forward pass can run with, naming the field and what is valid."""
+
+    def is_int(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    for name, value, meaning in (
+        ("reader_beam_size", reader_beam_size, "the number of retrieved blocks the reader reads per question"),
+        ("searcher_beam_size", searcher_beam_size, "the number of blocks retrieved per training question"),
+        ("max_span_width", max_span_width, "the widest answer span, in wordpieces, that the reader scores"),
+    ):
+        if not is_int(value) or value < 1:
+            raise ValueError(f"`{name}` ({meaning}) must be an integer of at least 1, got {value!r}.")
+    # [CLS] question [SEP] block [SEP] with one wordpiece each, and room for the widest span.
+    minimum = max(_MIN_READER_SEQ_LEN, max_span_width)
+    if not is_int(reader_seq_len) or reader_seq_len < minimum:
+        raise ValueError(
+            f"`reader_seq_len` (the wordpieces of one [CLS] question [SEP] block [SEP] reader input) must be an integer "
+            f"of at least {minimum} (at least {_MIN_READER_SEQ_LEN}, and at least max_span_width={max_span_width}, "
+            f"the widest span scored), got {reader_seq_len!r}. REALM reads 320 (288-wordpiece blocks)."
+        )
+
+
+# [CLS] q [SEP] b [SEP]: the shortest reader input that holds a question wordpiece and a block wordpiece.
+_MIN_READER_SEQ_LEN = 5
 
 # "cls": REALM's pooler output on [CLS]; "mean": masked mean of the last hidden states (sentence-transformers).
 RETRIEVER_POOLING_MODES = ("cls", "mean")

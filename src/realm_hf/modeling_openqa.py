@@ -14,14 +14,14 @@ from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import collect_answers
+from .openqa_answers import check_finite_reader_logits, collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
 from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_loading import check_retriever_dim
-from .text_inputs import as_question_list, check_max_question_length, check_questions
+from .text_inputs import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .tokenization_realm import tokenizer_call
 
 # What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
@@ -259,10 +259,8 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             [`RealmForOpenQAOutput`]
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if num_blocks is not None and (
-            isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
-        ):
-            raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
+        if num_blocks is not None:
+            num_blocks = check_positive_int(num_blocks, "num_blocks")
         reader_beam_size = self.config.reader_beam_size if num_blocks is None else num_blocks
         retriever = self.require_retriever()
         tokenizer = retriever.tokenizer
@@ -418,8 +416,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
         """
         questions, single = as_question_list(questions)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+        batch_size = check_positive_int(batch_size, "batch_size")
         check_max_question_length(max_question_length)
         tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
         check_questions(
@@ -440,6 +437,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                         num_blocks=num_blocks,
                     )
                 reader_output = out.reader_output
+                check_finite_reader_logits(reader_output.reader_logits)
                 for b, question in enumerate(chunk):
                     row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
                     log_probs = span_log_probs(reader_output.reader_logits[b])

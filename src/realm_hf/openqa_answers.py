@@ -11,6 +11,19 @@ from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
 from .reader_inputs import RealmReaderInputs
 
 
+def check_finite_reader_logits(reader_logits: torch.Tensor) -> None:
+    """
+    Refuse NaN span logits when answering: every span would tie at NaN, and the answer would be an empty span with
+    score 0, which reads like "no answer" instead of a broken model.
+    """
+    if torch.isnan(reader_logits).any():
+        raise ValueError(
+            "The reader's span scores are NaN: its weights hold NaN (training diverged: lower the learning rate or "
+            "resume from an earlier checkpoint; or the checkpoint is damaged: load it again) or its activations "
+            "overflowed in fp16 (answer in fp32 or bf16). No answer can be chosen."
+        )
+
+
 def collect_answers(
     reader_output: RealmReaderOutput, reader_inputs: RealmReaderInputs, block_ids, relevance_score, search, tokenizer
 ) -> RealmForOpenQAOutput:

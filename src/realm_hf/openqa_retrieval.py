@@ -16,6 +16,7 @@ from .constants import LEGACY_BLOCK_RECORDS
 from .modeling_base import prepare_local_load
 from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
+from .tokenization_realm import check_vocabulary
 
 if TYPE_CHECKING:
     from .modeling_openqa import RealmForOpenQA
@@ -93,6 +94,7 @@ def load_retriever_for_checkpoint(
         from .retrieval_realm import RealmRetriever
 
         tokenizer = AutoTokenizer.from_pretrained(path)
+        check_vocabulary(tokenizer, path)
         return RealmRetriever.from_legacy(path, tokenizer=tokenizer, block_emb=block_emb, allow_pickle=True)
     # Keep the embeddings reachable (memory-mapped, not a model buffer) so a converter or retriever can use them.
     model.legacy_block_emb = block_emb

@@ -10,21 +10,41 @@ collator and evaluation, and corpus building from documents all call it:
 - Text with undecodable bytes (lone surrogates, what `errors="surrogateescape"` makes of non-UTF-8 input, e.g. argv
   or stdin under a C locale, or a JSON `"\\udce9"` escape) is refused, questions and documents alike: replacing the
   bytes would answer (or index) a different text than the one given.
-- An empty question, or one with no wordpiece the vocabulary knows (only zero-width characters, emoji, ...: it
-  tokenizes to nothing or only `[UNK]`), is refused: the model would answer it confidently from noise.
+- An empty question, or one with no content wordpiece (only zero-width characters, emoji, punctuation, special tokens
+  such as `[MASK]`, ...: it tokenizes to nothing, or only to `[UNK]`, punctuation and special tokens), is refused: the
+  model would answer it confidently from noise. Training data follows the same rule ([`check_training_questions`]).
 - A question longer than `max_question_length` wordpieces (or than the model's position embeddings take) is refused
   when answering (shorten it or raise the limit) and cut to the limit when training, as transformers' collators
   truncate.
+- A count argument (`top_k`, `k`, `num_blocks`, `batch_size`, ...) is an integer (numpy integers too), never a `bool`
+  or a float ([`check_positive_int`]).
 """
 
 from __future__ import annotations
 
+import numbers
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
 from .tokenization_realm import tokenizer_call
 
-#: How many bad questions one error message lists before "and N more".
+#: How many bad questions one error message describes; the positions of the others are listed after them.
 _MAX_LISTED = 5
+#: How many further positions one error message lists before saying how to see every problem.
+_MAX_POSITIONS = 100
+# Prefixes that mark a wordpiece as a continuation (WordPiece, SentencePiece, byte-level BPE): not content.
+_PIECE_MARKS = ("##", "\u2581", "\u0120")
+
+
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    """
+    `value` as an `int` when it is an integer (Python or numpy) of at least `minimum`, else a `ValueError` naming
+    `name`. `True` and `2.7` are refused (they would silently mean 1 and 2).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+        raise ValueError(f"`{name}` must be {kind}, got {value!r}.")
+    return int(value)
 
 
 def undecodable_text_problem(text: str) -> str | None:
@@ -76,12 +96,20 @@ def question_example(item) -> dict:
     )
 
 
+def _is_blank(text: str) -> bool:
+    # Whitespace, control and format characters (NUL, zero-width spaces): the tokenizer drops every one of them.
+    return all(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in text)
+
+
 def check_context(context) -> None:
     """Refuse an empty, non-string or undecodable `context` (`None`, no context, passes)."""
     if context is None:
         return
-    if not isinstance(context, str) or not context.strip():
-        raise ValueError(f"Empty context {context!r}: give some text to answer from, or no context to retrieve.")
+    if not isinstance(context, str):
+        hint = " (decode bytes first: `context.decode('utf-8')`)" if isinstance(context, (bytes, bytearray)) else ""
+        raise ValueError(f"A context must be a string, got {type(context).__name__}{hint}.")
+    if _is_blank(context):
+        raise ValueError(f"Empty context {context[:20]!r}: give some text to answer from, or no context to retrieve.")
     check_text(context, "The context")
 
 
@@ -131,6 +159,58 @@ def question_text_problems(questions: Sequence) -> list[tuple[int, str]]:
     return [(i, problem) for i, question in enumerate(questions) if (problem := _text_problem(question))]
 
 
+def _is_content_piece(token: str) -> bool:
+    for mark in _PIECE_MARKS:
+        if token.startswith(mark):
+            token = token[len(mark) :]
+            break
+    # Punctuation (P*) and symbols (S*) alone say nothing to retrieve or read with.
+    return any(unicodedata.category(char)[0] not in "PSZC" for char in token)
+
+
+def _content_problem(question: str, ids: list[int], tokenizer) -> str | None:
+    """Why the wordpieces `ids` of `question` hold no content word, or `None` (at least one wordpiece is content)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    special = set(getattr(tokenizer, "all_special_ids", None) or []) | {unk}
+    candidates = [t for t in ids if t not in special]
+    if candidates and hasattr(tokenizer, "convert_ids_to_tokens"):
+        tokens = tokenizer.convert_ids_to_tokens(candidates)
+        candidates = [
+            t for t, token in zip(candidates, tokens) if not isinstance(token, str) or _is_content_piece(token)
+        ]
+    if candidates:
+        return None
+    if not any(t != unk for t in ids):
+        what = f"only {len(ids)} unknown wordpiece(s) ([UNK])" if ids else "no wordpieces at all"
+        return (
+            f"The question {question[:60]!r} has no word the model's vocabulary knows (it tokenizes to {what}): it "
+            "would be answered from noise. Ask it with words"
+        )
+    return (
+        f"The question {question[:60]!r} has no content word the model's vocabulary knows (it tokenizes only to "
+        "punctuation, special tokens such as [MASK] and [UNK]): it would be answered from noise. Ask it with words"
+    )
+
+
+def question_content_problems(questions: Sequence, tokenizer) -> list[tuple[int, str]]:
+    """
+    `(position, reason)` of every question that is not a non-empty, decodable string, or that has no content
+    wordpiece (only `[UNK]`, punctuation and special tokens): the rule for training data, where over-long questions
+    are cut instead of refused. One tokenizer call for the list.
+    """
+    problems = question_text_problems(questions)
+    bad = {i for i, _ in problems}
+    good = [i for i in range(len(questions)) if i not in bad]
+    if good:
+        encoded = tokenizer_call(tokenizer, [questions[i] for i in good], add_special_tokens=False)["input_ids"]
+        problems += [
+            (i, content)
+            for i, ids in zip(good, encoded)
+            if (content := _content_problem(questions[i], ids, tokenizer)) is not None
+        ]
+    return sorted(problems)
+
+
 def question_problems(
     questions: Sequence, tokenizer, max_question_length: int, max_positions: int | None = None
 ) -> list[tuple[int, str]]:
@@ -147,17 +227,9 @@ def question_problems(
     good = [i for i in range(len(questions)) if i not in bad]
     if good:
         encoded = tokenizer_call(tokenizer, [questions[i] for i in good], add_special_tokens=False)["input_ids"]
-        unk = getattr(tokenizer, "unk_token_id", None)
         for i, ids in zip(good, encoded):
-            if not any(t != unk for t in ids):
-                what = f"only {len(ids)} unknown wordpiece(s) ([UNK])" if ids else "no wordpieces at all"
-                problems.append(
-                    (
-                        i,
-                        f"The question {questions[i][:60]!r} has no word the model's vocabulary knows (it tokenizes "
-                        f"to {what}): it would be answered from noise. Ask it with words",
-                    )
-                )
+            if (content := _content_problem(questions[i], ids, tokenizer)) is not None:
+                problems.append((i, content))
             elif model_limit is not None and len(ids) > model_limit and model_limit < max_question_length:
                 problems.append(
                     (
@@ -193,17 +265,33 @@ def check_questions(
     if len(questions) == 1:
         raise ValueError(f"{problems[0][1]}.")
     listed = "; ".join(f"questions[{i}]: {reason}" for i, reason in problems[:_MAX_LISTED])
-    more = f"; and {len(problems) - _MAX_LISTED} more" if len(problems) > _MAX_LISTED else ""
     raise ValueError(
-        f"{len(problems)} of {len(questions)} questions cannot be answered, so none was: {listed}{more}. Fix or drop "
-        "them and ask again."
+        f"{len(problems)} of {len(questions)} questions cannot be answered, so none was: {listed}"
+        f"{more_problems(problems, 'questions[{}]')}. Fix or drop them and ask again."
     )
+
+
+def more_problems(problems: Sequence[tuple[int, str]], name: str) -> str:
+    """
+    The tail of an error message that describes the first `_MAX_LISTED` of `problems`: where the others are (`name`
+    formats a position, e.g. `"questions[{}]"`), and, past `_MAX_POSITIONS`, how to list every one.
+    """
+    rest = [i for i, _ in problems[_MAX_LISTED:]]
+    if not rest:
+        return ""
+    shown = ", ".join(name.format(i) for i in rest[:_MAX_POSITIONS])
+    tail = (
+        f" and {len(rest) - _MAX_POSITIONS} more (`realm_hf.text_inputs.question_problems(questions, tokenizer, "
+        "max_question_length)` lists every problem)"
+        if len(rest) > _MAX_POSITIONS
+        else ""
+    )
+    return f"; also bad: {shown}{tail}"
 
 
 def check_max_question_length(max_question_length) -> None:
     """Refuse a `max_question_length` that is not a positive integer."""
-    if isinstance(max_question_length, bool) or not isinstance(max_question_length, int) or max_question_length < 1:
-        raise ValueError(f"`max_question_length` must be a positive integer, got {max_question_length!r}.")
+    check_positive_int(max_question_length, "max_question_length")
 
 
 def truncate_questions(questions: Sequence[str], tokenizer, max_question_length: int) -> tuple[list[str], list[int]]:
@@ -233,9 +321,12 @@ __all__ = [
     "as_question_list",
     "check_context",
     "check_max_question_length",
+    "check_positive_int",
     "check_questions",
     "check_text",
+    "more_problems",
     "question_example",
+    "question_content_problems",
     "question_problems",
     "question_text_problems",
     "truncate_questions",

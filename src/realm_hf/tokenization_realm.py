@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
@@ -46,6 +47,40 @@ def tokenizer_call(tokenizer, *args, **kwargs) -> BatchEncoding:
         return tokenizer(*args, **kwargs)
 
 
+# The files a BERT WordPiece vocabulary is read from (transformers 5 writes tokenizer.json; older saves vocab.txt).
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt")
+
+
+def check_vocabulary(tokenizer, source) -> None:
+    """
+    Refuse a tokenizer that was loaded from `source` without its vocabulary. transformers 5 builds a BERT tokenizer
+    of only its special tokens when `vocab.txt`/`tokenizer.json` is missing (a folder without them, or a Hub id that is
+    neither cached nor reachable), and that tokenizer maps every word to [UNK], so every question gets the same answer.
+    """
+    special = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    if len(tokenizer) > len(special):
+        return
+    source = os.fspath(source)
+    if os.path.isdir(source):
+        where = f"the folder {source} has no {' or '.join(VOCABULARY_FILES)}"
+        todo = "copy the tokenizer's files there, or save the tokenizer there again (`tokenizer.save_pretrained`)"
+    else:
+        offline = (
+            " (HF_HUB_OFFLINE is set)"
+            if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+            else ""
+        )
+        where = (
+            f"{source!r} is not a local folder, and no {' or '.join(VOCABULARY_FILES)} of it was found on the Hub or "
+            f"in the local cache{offline}"
+        )
+        todo = "check the path or repo id, or download the repo while online (then it loads from the cache)"
+    raise OSError(
+        f"Cannot load a tokenizer from {source}: {where}. Without a vocabulary every word would become [UNK] "
+        f"(it loads with only its {len(tokenizer)} special tokens): {todo}."
+    )
+
+
 class RealmTokenizer(BertTokenizer):
     r"""
     REALM tokenizer: a BERT WordPiece tokenizer (backed by 🤗 Tokenizers) with one extra method,
@@ -66,6 +101,17 @@ class RealmTokenizer(BertTokenizer):
     >>> batch.input_ids.shape
     torch.Size([2, 2, 10])
     ```"""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """
+        [`~transformers.PreTrainedTokenizerBase.from_pretrained`], refusing a folder or Hub repo without the
+        vocabulary (`vocab.txt` or `tokenizer.json`): an `OSError` naming the missing file, as the transformers 4
+        tokenizer raised, instead of a tokenizer of only special tokens ([`check_vocabulary`]).
+        """
+        tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        check_vocabulary(tokenizer, pretrained_model_name_or_path)
+        return tokenizer
 
     def _encode_plus(self, *args, **kwargs) -> BatchEncoding:
         # Setting the backend's padding/truncation and encoding happen as one step (see `tokenizer_lock`), so a
@@ -140,4 +186,4 @@ class RealmTokenizerFast(RealmTokenizer):
     """Alias of [`RealmTokenizer`] under the legacy fast-tokenizer name (transformers 5 has one tokenizer class)."""
 
 
-__all__ = ["RealmTokenizer", "RealmTokenizerFast", "tokenizer_call", "tokenizer_lock"]
+__all__ = ["RealmTokenizer", "RealmTokenizerFast", "check_vocabulary", "tokenizer_call", "tokenizer_lock"]

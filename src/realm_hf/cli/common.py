@@ -130,6 +130,8 @@ def load_tokenizer(*candidates: str):
     """The tokenizer of the first directory (or `retriever/tokenizer` subfolder) that has one."""
     from transformers import AutoTokenizer  # deferred: see library_progress_bars
 
+    from ..tokenization_realm import check_vocabulary
+
     errors = []
     for candidate in candidates:
         if not candidate:
@@ -144,11 +146,15 @@ def load_tokenizer(*candidates: str):
                 for name in ("tokenizer_config.json", "vocab.txt", "tokenizer.json")
             ):
                 try:
-                    return AutoTokenizer.from_pretrained(path)
+                    tokenizer = AutoTokenizer.from_pretrained(path)
+                    check_vocabulary(tokenizer, path)
+                    return tokenizer
                 except (OSError, ValueError) as err:
                     errors.append(f"{path}: {err}")
         if not os.path.isdir(candidate) and is_hub_id(candidate):
-            return AutoTokenizer.from_pretrained(candidate)
+            tokenizer = AutoTokenizer.from_pretrained(candidate)
+            check_vocabulary(tokenizer, candidate)
+            return tokenizer
     detail = f" ({'; '.join(errors)})" if errors else ""
     raise CLIError(f"No tokenizer found in {', '.join(c for c in candidates if c)}{detail}.")
 

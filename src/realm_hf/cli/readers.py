@@ -98,7 +98,8 @@ def _check_utf8(path: str) -> None:
 def _read_text(path: str) -> str:
     """A UTF-8 text file's content; bytes that are not UTF-8 raise a `CLIError` naming the file and line."""
     _check_utf8(path)
-    with open(path, encoding="utf-8") as f:
+    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first record.
+    with open(path, encoding="utf-8-sig") as f:
         return f.read()
 
 
@@ -185,6 +186,12 @@ def load_documents(
     if len(dataset) == 0:
         raise CLIError(f"No documents in {', '.join(paths)}.")
     for column in ("text", "title"):
+        if column == "text" and dataset.data.column("text").null_count:
+            # A null text in a string column (`"text": null` in JSON, an empty Parquet cell).
+            row = dataset["text"].index(None)
+            raise CLIError(
+                f"{', '.join(paths)}: record {row + 1}: the text is missing (null): give every document text."
+            )
         if column in dataset.column_names and getattr(dataset.features[column], "dtype", None) != "string":
             # Mixed types in a JSON file (a number where text should be): name where, not "Document 17".
             for row, value in enumerate(dataset[column]):
@@ -296,11 +303,18 @@ def read_questions(questions: Sequence[str] = (), file: str | None = None) -> li
             text = stdin.read().decode("utf-8", "surrogateescape") if stdin is not None else sys.stdin.read()
             name = "<stdin>"
         else:
+            if os.path.isdir(file):
+                raise CLIError(
+                    f"Question file {file!r} is a directory: give a file of questions (one per line, or JSONL)."
+                )
             if not os.path.isfile(file):
                 raise CLIError(f"Question file {file!r} does not exist.")
             with open(file, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
             name = file
+        # A byte-order mark (Windows editors write one) is not part of the first question: `{"question": ...}` after
+        # one is still a JSON line.
+        text = text.removeprefix("\ufeff")
         as_json = name.lower().endswith((".jsonl", ".json", ".ndjson"))
         for number, line in enumerate(text.splitlines(), 1):
             where = f"{name}, line {number}"

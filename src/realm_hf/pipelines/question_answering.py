@@ -13,12 +13,13 @@ import torch
 from transformers import Pipeline
 
 from ..modeling_realm import RealmForOpenQA
+from ..openqa_answers import check_finite_reader_logits
 from ..precision import autocast, parse_dtype
 from ..provenance import answer_record, block_provenance
 
 # The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
 from ..text_inputs import check_context as _check_context
-from ..text_inputs import check_questions
+from ..text_inputs import check_positive_int, check_questions
 from ..text_inputs import question_example as _to_example
 from ..tokenization_realm import tokenizer_call
 from .answers import _best_spans
@@ -147,9 +148,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             )
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         if top_k is not None:
-            if not isinstance(top_k, int) or top_k < 1:
-                raise ValueError(f"`top_k` must be a positive integer, got {top_k!r}.")
-            postprocess_params["top_k"] = top_k
+            postprocess_params["top_k"] = check_positive_int(top_k, "top_k")
         if max_answer_len is not None:
             max_width = self.model.config.max_span_width
             if not isinstance(max_answer_len, int) or not 1 <= max_answer_len <= max_width:
@@ -159,9 +158,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 )
             postprocess_params["max_answer_len"] = max_answer_len
         if num_blocks is not None:
-            if not isinstance(num_blocks, int) or num_blocks < 1:
-                raise ValueError(f"`num_blocks` must be a positive integer, got {num_blocks!r}.")
-            forward_params["num_blocks"] = num_blocks
+            forward_params["num_blocks"] = check_positive_int(num_blocks, "num_blocks")
         if doc_stride is not None:
             if not isinstance(doc_stride, int) or doc_stride < 0:
                 raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
@@ -232,6 +229,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if not items:
             raise ValueError("No questions given.")
         if context is not None and not isinstance(context, str):
+            if not isinstance(context, (list, tuple)):
+                _check_context(context)  # bytes, a number, ...: refused naming its type
             context = list(context)
             if len(context) != len(items):
                 raise ValueError(f"Got {len(context)} contexts for {len(items)} questions.")
@@ -279,6 +278,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 )
                 for row, result in zip(context_rows, read):
                     results[row] = result
+        for result in results:
+            check_finite_reader_logits(result["logits"])
         # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
         return {"results": results}
 
@@ -318,9 +319,18 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     def _read_contexts(self, questions: list[str], contexts: list[str], doc_stride: int) -> list[dict]:
         config = self.model.config
         max_length = config.reader_seq_len
-        longest_question = max(
-            len(tokenizer_call(self.tokenizer, q, add_special_tokens=False)["input_ids"]) for q in questions
-        )
+        lengths = [
+            len(ids) for ids in tokenizer_call(self.tokenizer, questions, add_special_tokens=False)["input_ids"]
+        ]
+        longest_question = max(lengths)
+        if longest_question + 4 > max_length:
+            # [CLS] question [SEP] context [SEP] must leave room for at least one context wordpiece per window.
+            question = questions[lengths.index(longest_question)]
+            raise ValueError(
+                f"The question {question[:60]!r} has {longest_question} wordpieces: with a context, the reader reads "
+                f"[CLS] question [SEP] context [SEP] in windows of config.reader_seq_len={max_length} wordpieces, so a "
+                f"question may have at most {max_length - 4}. Shorten the question, or ask without a context."
+            )
         # The overlap must leave room for new context tokens in every window ([CLS] q [SEP] ... [SEP]).
         stride = max(0, min(doc_stride, (max_length - longest_question - 3) // 2))
         encoded = tokenizer_call(

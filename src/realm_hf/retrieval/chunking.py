@@ -11,7 +11,7 @@ import numpy as np
 from ..sentences import sentence_spans
 from ..text_inputs import check_text
 from ..tokenization_realm import tokenizer_call
-from .corpus import TOKEN_IDS_COLUMN
+from .corpus import TOKEN_IDS_COLUMN, check_doc_id
 
 logger = logging.getLogger(__name__)
 
@@ -159,11 +159,17 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
     Returns:
         `dict` of columns, one row per block: `doc_id`, `title`, `text`, `char_start`, `char_end` (the block's span in
         its document's text) and the documents' metadata fields.
+
+    A `doc_id` is an integer or a string, all of one type; documents without one are numbered (integers). A document
+    whose text is empty (or only whitespace and control characters) has no block: it is left out of the corpus with
+    a warning that lists its doc_id, as empty pages of a dump are; other documents are not held up by it.
     """
     columns: dict[str, list] = {"doc_id": [], "title": [], "text": [], "char_start": [], "char_end": []}
     metadata: dict[str, list] = {}
     num_blocks = 0
     seen_doc_ids: dict = {}  # doc_id -> position of the document that has it
+    first_of_kind: dict = {}  # int or str -> position of the first document with a doc_id of that type
+    empty: list = []  # doc_ids of documents without text: no block, left out with a warning
     for position, document in enumerate(_iter_documents(documents)):
         text = document.get("text")
         if text is None or not isinstance(text, str):
@@ -178,6 +184,17 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
         given = doc_id is not None
         if doc_id is None:
             doc_id = first_doc_id + position
+        doc_id = check_doc_id(doc_id, f"Document {position}'s doc_id")
+        first_of_kind.setdefault(type(doc_id), position)
+        if len(first_of_kind) > 1:
+            # 3 and "3" would both be stored as one type: two documents behind one id, removed together.
+            other = first_of_kind[int if isinstance(doc_id, str) else str]
+            how = "" if given else f" (the id it gets from its position, {first_doc_id} + {position})"
+            raise ValueError(
+                f"Documents {other} and {position} have doc_ids of different types ({type(doc_id).__name__} "
+                f"{doc_id!r}{how}, and {'int' if isinstance(doc_id, str) else 'str'} at document {other}): one "
+                "corpus has one doc_id type. Give every document an integer id, or every one a string id."
+            )
         if doc_id in seen_doc_ids:
             # `remove_documents(doc_id)` would remove both documents.
             how = "" if given else f" (the id it gets from its position, {first_doc_id} + {position})"
@@ -187,6 +204,8 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
             )
         seen_doc_ids[doc_id] = position
         spans, block_title = block_spans(tokenizer, text, title, max_block_length)
+        if not spans:
+            empty.append(doc_id)
         extra = {k: v for k, v in document.items() if k not in _RESERVED_COLUMNS}
         for key in extra:
             if key not in metadata:
@@ -200,5 +219,13 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
             for key, values in metadata.items():
                 values.append(extra.get(key))
             num_blocks += 1
+    if empty:
+        logger.warning(
+            "%d document(s) have no text and are left out of the corpus (no block to retrieve): doc_id %s%s. "
+            "Give them text to index them.",
+            len(empty),
+            empty[:10],
+            f" and {len(empty) - 10} more" if len(empty) > 10 else "",
+        )
     columns.update(metadata)
     return columns

@@ -17,6 +17,7 @@ from typing import Any
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,73 @@ def _check_corpus_columns(corpus: datasets.Dataset) -> None:
             f"The corpus dataset lacks column(s) {missing} (has {corpus.column_names}). A retriever corpus needs "
             "`block_id`, `title`, `text` and `embeddings`."
         )
+    # A damaged or hand-made corpus fails here, where it is loaded, not when a search returns a number as a text.
+    for column, allowed in (("text", _STRING_TYPES), ("title", (*_STRING_TYPES, "null"))):
+        dtype = getattr(corpus.features[column], "dtype", type(corpus.features[column]).__name__)
+        if dtype not in allowed:
+            raise ValueError(
+                f"The corpus's `{column}` column holds {dtype}, not strings: it is damaged or was not built as a "
+                "retriever corpus. Rebuild it from the documents (`RealmRetriever.from_documents`, `realm-hf index`)."
+            )
+    if "doc_id" in corpus.column_names and _doc_id_kind(corpus.features["doc_id"]) is None:
+        raise ValueError(
+            f"The corpus's `doc_id` column holds {getattr(corpus.features['doc_id'], 'dtype', 'lists')}: doc_ids are "
+            "integers or strings (one type per corpus). Rebuild the corpus with such ids."
+        )
+
+
+_STRING_TYPES = ("string", "large_string")
+
+
+def _embedding_length(corpus: datasets.Dataset) -> int | None:
+    """
+    The length of every row's embedding: the schema's, or, when the schema does not fix it (a corpus from Parquet
+    or `map`), read from the rows (list lengths only), which must all agree.
+    """
+    length = getattr(corpus.features["embeddings"], "length", None)
+    if length not in (None, -1):
+        return int(length)
+    if len(corpus) == 0:
+        return None
+    column = corpus.with_format("arrow", columns=["embeddings"])[:]["embeddings"]
+    lengths = pc.list_value_length(column)
+    low, high = pc.min_max(lengths).values()
+    if low.as_py() != high.as_py() or low.as_py() is None:
+        raise ValueError(
+            f"The corpus's embeddings have lengths from {low.as_py()} to {high.as_py()}: every block needs one "
+            "vector of the index's dimension. The corpus is damaged: re-embed it (`retriever.embed_corpus(embedder)`) "
+            "or rebuild it from the documents."
+        )
+    return int(low.as_py())
+
+
+def _doc_id_kind(feature) -> type | None:
+    """`int` or `str`: the type of a corpus's doc_ids by its `doc_id` feature (`None`: neither)."""
+    dtype = getattr(feature, "dtype", None)
+    if dtype in _STRING_TYPES:
+        return str
+    if isinstance(dtype, str) and dtype.startswith(("int", "uint")):
+        return int
+    return None
+
+
+def check_doc_id(doc_id, what: str) -> int | str:
+    """
+    `doc_id` as an `int` or `str` (numpy integers become `int`), else a `ValueError` starting with `what`: a doc_id
+    names a document in `remove_documents`, so it must be hashable and compare as the user wrote it.
+    """
+    if isinstance(doc_id, str):
+        return doc_id
+    if isinstance(doc_id, (int, np.integer)) and not isinstance(doc_id, bool):
+        return int(doc_id)
+    raise ValueError(
+        f"{what} is {doc_id!r} ({type(doc_id).__name__}): a doc_id is an integer or a string. Give each document "
+        "one id of one type (or none, to number the documents by position)."
+    )
+
+
+def _describe_kind(kind: type) -> str:
+    return "integers" if kind is int else "strings"
 
 
 def as_id_array(block_ids) -> np.ndarray:
@@ -260,15 +328,15 @@ class BlockCorpus:
         self._meta_columns = [c for c in dataset.column_names if c not in ("embeddings", TOKEN_IDS_COLUMN)]
         self._meta_view = dataset.select_columns(self._meta_columns)
         self.has_token_ids = TOKEN_IDS_COLUMN in dataset.column_names
+        self._dim = _embedding_length(dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     @property
     def dim(self) -> int | None:
-        """Dimension of the stored embeddings (`None` when the schema does not fix it)."""
-        dim = self.dataset.features["embeddings"].length
-        return None if dim in (None, -1) else int(dim)
+        """Dimension of the stored embeddings (`None` for an empty corpus whose schema does not fix it)."""
+        return self._dim
 
     @property
     def max_block_id(self) -> int:
@@ -409,11 +477,38 @@ class BlockCorpus:
             features = None  # re-embedded at another dimension: infer the new embedding feature
         return self._new_table(table, features)
 
+    @property
+    def doc_id_kind(self) -> type | None:
+        """`int` or `str`: the type of this corpus's doc_ids (`None` when it has no `doc_id` column)."""
+        if "doc_id" not in self.dataset.column_names:
+            return None
+        return _doc_id_kind(self.dataset.features["doc_id"])
+
+    def check_doc_ids(self, doc_ids, what: str = "New documents") -> None:
+        """
+        Refuse doc_ids of another type than this corpus's: one type per corpus, so that `remove_documents(3)` never
+        also removes a document `"3"` (and `"3"` is never stored as 3, or 3 as `"3"`).
+        """
+        kind = self.doc_id_kind
+        if kind is None:
+            return
+        for doc_id in doc_ids:
+            if doc_id is None:
+                continue
+            check_doc_id(doc_id, f"{what}' doc_id")
+            if not isinstance(doc_id, kind) or isinstance(doc_id, bool):
+                converted = f"int({doc_id!r})" if kind is int else f"str({doc_id!r})"
+                raise ValueError(
+                    f"{what}: doc_id {doc_id!r} is a {type(doc_id).__name__}, but this corpus's doc_ids are "
+                    f"{_describe_kind(kind)}: one type per corpus (else {doc_id!r} and {converted} would name two "
+                    f"documents). Give it as {converted}"
+                    + (" (documents without a doc_id are numbered with integers)." if kind is str else ".")
+                )
+
     def appended(self, columns: dict, embeddings: np.ndarray) -> datasets.Dataset:
         """This table with new blocks (`columns` with `block_id`, and their embeddings) appended, in its schema."""
         if "doc_id" in columns and "doc_id" in self.dataset.column_names:
-            if self.dataset.features["doc_id"].dtype == "string":
-                columns["doc_id"] = [None if d is None else str(d) for d in columns["doc_id"]]
+            self.check_doc_ids(columns["doc_id"])  # never cast: "3" stored as 3 would be a second document 3
         new = _make_corpus(columns, embeddings, features=self.dataset.features, in_memory=self.in_memory)
         return datasets.concatenate_datasets([self.dataset, new])
 
@@ -422,6 +517,8 @@ class BlockCorpus:
         if "doc_id" not in self.dataset.column_names:
             raise ValueError("This corpus has no `doc_id` column: remove blocks with `block_ids=` instead.")
         doc_ids = [doc_ids] if isinstance(doc_ids, (str, int, np.integer)) else list(doc_ids)
+        doc_ids = [check_doc_id(d, f"doc_ids[{i}]") for i, d in enumerate(doc_ids)]
+        self.check_doc_ids(doc_ids, "remove_documents")
         corpus_doc_ids = self.dataset.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist()
         wanted = set(doc_ids)
         hit = np.fromiter((d in wanted for d in corpus_doc_ids), dtype=bool, count=len(corpus_doc_ids))

@@ -91,6 +91,21 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
     return {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}, block_emb
 
 
+def check_constructor_arguments(corpus, index) -> None:
+    """
+    Refuse the transformers 4 constructor `RealmRetriever(block_records, tokenizer)` with what replaces it, instead
+    of failing deep inside with an AttributeError on a numpy array.
+    """
+    if isinstance(corpus, (np.ndarray, list, tuple)) or hasattr(index, "convert_tokens_to_ids"):
+        raise TypeError(
+            "RealmRetriever(block_records, tokenizer) is the transformers 4 constructor; realm-hf's retriever holds a "
+            "corpus (`datasets.Dataset`) and a FAISS index. Build one with `RealmRetriever.from_legacy(legacy_dir, "
+            "tokenizer=tokenizer, allow_pickle=True)` for a legacy checkpoint's block_records.npy and block_emb, or "
+            "`RealmRetriever.from_documents(documents, embedder, tokenizer)` / `from_texts(texts, embedder, "
+            "tokenizer)` for new text (docs/migration.md)."
+        )
+
+
 def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors):
     """The body of the legacy `RealmRetriever.__call__` (see there)."""
     tokenizer = retriever.tokenizer
@@ -100,8 +115,15 @@ def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answe
         retrieved_block_ids = retrieved_block_ids.detach().cpu().numpy()
     texts = retriever.get_block_texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
     question = tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
+    # `special_tokens_mask` as transformers 4 returned it: the legacy RealmForOpenQA built its block mask from it.
     concat_inputs = tokenizer_call(
-        tokenizer, [question] * len(texts), texts, padding=True, truncation=True, max_length=max_length
+        tokenizer,
+        [question] * len(texts),
+        texts,
+        padding=True,
+        truncation=True,
+        return_special_tokens_mask=True,
+        max_length=max_length,
     )
     concat_inputs_tensors = concat_inputs.convert_to_tensors(return_tensors)
     if answer_ids is None:

@@ -63,8 +63,8 @@ def _check_new_doc_ids(corpus: BlockCorpus, doc_ids: list) -> None:
     """Refuse documents whose `doc_id` the corpus already has: `remove_documents` would then remove both."""
     if "doc_id" not in corpus.dataset.column_names or not doc_ids:
         return
-    as_string = corpus.dataset.features["doc_id"].dtype == "string"  # new ids are stored as strings there
-    new = {str(d) if as_string else d for d in doc_ids}
+    corpus.check_doc_ids(doc_ids)  # one doc_id type per corpus: never cast, so 3 and "3" never meet
+    new = set(doc_ids)
     taken = new.intersection(corpus.dataset.with_format("numpy", columns=["doc_id"])[:]["doc_id"].tolist())
     if taken:
         raise ValueError(

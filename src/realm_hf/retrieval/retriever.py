@@ -13,7 +13,7 @@ from . import building, mutation, searching
 from .building import RealmIndexState  # noqa: F401 - re-exported: importable from here
 from .corpus import BlockCorpus
 from .index import BlockIndex
-from .legacy import legacy_reader_call
+from .legacy import check_constructor_arguments, legacy_reader_call
 from .retriever_building import RealmRetrieverBuildingMixin
 from .retriever_persistence import RealmRetrieverPersistenceMixin
 from .searching import RealmSearchOutput
@@ -74,6 +74,7 @@ class RealmRetriever(RealmRetrieverBuildingMixin, RealmRetrieverPersistenceMixin
         embedder_fingerprint: str | None = None,
         next_block_id: int | None = None,
     ):
+        check_constructor_arguments(corpus, index)
         corpus = corpus if isinstance(corpus, BlockCorpus) else BlockCorpus(corpus)
         index = index if isinstance(index, BlockIndex) else BlockIndex(index, index_type)
         building.check_parts(corpus, index)

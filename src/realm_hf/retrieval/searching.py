@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
+from ..text_inputs import check_positive_int
 from .corpus import as_id_array, pad_token_ids
 from .encoding import tokenize_block_texts
 from .index import get_search_param, is_exact, normalize_search_params
@@ -59,9 +60,7 @@ def search(
     """[`RealmRetriever.search`]."""
     queries = as_query_matrix(question_embeddings)
     check_finite_queries(queries)
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}.")
+    k = check_positive_int(k, "k")
     params = normalize_search_params(search_params)
     # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups, so
     # ids, scores, blocks and stored embeddings all come from one state of the corpus and index.

@@ -148,14 +148,23 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
 def _try_load_tokenizer(path: str):
     from transformers import AutoTokenizer, BertTokenizer
 
+    from ..tokenization_realm import check_vocabulary  # with transformers, imported when a tokenizer is loaded
+
     try:
-        return AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     except Exception as err:  # noqa: BLE001 - fall back to a plain BERT tokenizer below
         try:
-            return BertTokenizer.from_pretrained(path)
+            tokenizer = BertTokenizer.from_pretrained(path)
         except Exception:  # noqa: BLE001
             logger.warning("Could not load a tokenizer from %s (%s); the retriever has none.", path, err)
             return None
+    # A folder without the vocabulary loads a tokenizer of special tokens only: no tokenizer is better than that one.
+    try:
+        check_vocabulary(tokenizer, path)
+    except OSError as err:
+        logger.warning("%s The retriever has no tokenizer.", err)
+        return None
+    return tokenizer
 
 
 def _load_tokenizer(path: str, manifest: dict):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ..text_inputs import check_positive_int
 from . import searching
 from .collectives import ShardedCollectiveError, describe
 from .corpus import _unflatten, as_id_array, pad_token_ids
@@ -39,7 +40,7 @@ def sharded_search(
     try:
         request = {
             "queries": searching.as_query_matrix(question_embeddings),
-            "k": int(k),
+            "k": check_positive_int(k, "k"),
             "rerank_factor": max(1, int(rerank_factor)),
             "params": normalize_search_params(search_params),
             "blocks": bool(return_blocks),
@@ -100,8 +101,6 @@ def check_requests(retriever: ShardedRealmRetriever, requests: list[dict]) -> tu
             + "."
         )
     k = requests[0]["k"]
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}.")
     dims = {r["queries"].shape[1] for r in requests}
     if dims != {retriever.embedding_dim}:
         raise ValueError(

@@ -11,7 +11,13 @@ import torch
 from transformers import Trainer
 
 from ..progress import progress_bar
-from ..text_inputs import question_problems, question_text_problems, truncate_questions
+from ..text_inputs import (
+    more_problems,
+    question_content_problems,
+    question_problems,
+    question_text_problems,
+    truncate_questions,
+)
 from ..tokenization_realm import tokenizer_call
 from .model_card import RealmModelCardMixin
 
@@ -31,7 +37,8 @@ class DataCollatorForOpenQA:
         tokenizer: The question tokenizer (the retriever's tokenizer).
         max_question_length (`int`, *optional*, defaults to 64): Longer questions are cut to this many wordpieces
             (as transformers' collators truncate), the text too, so the reader sees what the embedder saw; the first
-            cut is logged and `num_truncated` counts them. Empty, non-string or undecodable questions are refused.
+            cut is logged and `num_truncated` counts them. Empty, non-string or undecodable questions, and those
+            without a content wordpiece (only emoji, punctuation, special tokens), are refused.
         question_column (`str`, *optional*, defaults to `"question"`)
         answers_column (`str`, *optional*, defaults to `"answers"`): A list of answer strings (or one string).
     """
@@ -44,7 +51,7 @@ class DataCollatorForOpenQA:
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
         questions = [example[self.question_column] for example in examples]
-        problems = question_text_problems(questions)
+        problems = question_content_problems(questions, self.tokenizer)
         if problems:
             raise ValueError("; ".join(f"Training question {questions[i]!r}: {reason}" for i, reason in problems))
         questions, truncated = truncate_questions(questions, self.tokenizer, self.max_question_length)
@@ -76,8 +83,8 @@ def check_training_questions(
 ) -> int:
     """
     Check a QA dataset's questions before training starts (so a bad record stops the run before the first step, not
-    at it): a missing column, a question that is not a non-empty, decodable string raises a `ValueError` naming its
-    record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
+    at it): a missing column, a question that is not a non-empty, decodable string, or one without a content wordpiece
+    (only emoji, punctuation, special tokens: `realm_hf.text_inputs`) raises a `ValueError` naming its record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
 
     Returns:
         `int`: how many questions will be cut.
@@ -87,11 +94,11 @@ def check_training_questions(
             f"The {what} data has no {question_column!r} column (columns: {', '.join(dataset.column_names)})."
         )
     questions = list(dataset[question_column])
-    problems = question_text_problems(questions)
+    # Records are numbered from 1, as the CLI's file readers number them.
+    problems = [(i + 1, reason) for i, reason in question_content_problems(questions, tokenizer)]
     if problems:
-        listed = "; ".join(f"record {i + 1}: {reason}" for i, reason in problems[:5])
-        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        raise ValueError(f"{len(problems)} bad {what} question(s): {listed}{more}.")
+        listed = "; ".join(f"record {i}: {reason}" for i, reason in problems[:5])
+        raise ValueError(f"{len(problems)} bad {what} question(s): {listed}{more_problems(problems, 'record {}')}.")
     _, truncated = truncate_questions(questions, tokenizer, max_question_length)
     if truncated:
         logger.warning(

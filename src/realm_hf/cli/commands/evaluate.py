@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 
 from ..common import EXIT_OK, CLIError, State, info, logger, metrics_table, normalize_metric_names
 from ..models import load_openqa
 from ..outputs import write_text_atomic
 from ..readers import load_qa
+
+
+def _check_output_file(option: str, path: str | None) -> None:
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise CLIError(
+            f"{option} {path!r} is a directory: give a file name (e.g. {os.path.join(path, 'report.json')!r})."
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CLIError(f"{option} {path!r}: the folder {parent!r} does not exist; create it first.")
 
 
 def run(args) -> int:
@@ -17,6 +30,8 @@ def run(args) -> int:
     ks = sorted(set(args.ks))
     if any(k < 1 for k in ks):
         raise CLIError(f"--ks must be positive integers, got {args.ks}.")
+    for option, path in (("--output", args.output), ("--predictions", args.predictions)):
+        _check_output_file(option, path)  # before the evaluation, not after it
     dataset = load_qa(args.qa_file, args.question_column, args.answers_column, args.answers_separator, args.format)
     if args.limit:
         dataset = dataset.select(range(min(args.limit, len(dataset))))
