@@ -141,7 +141,25 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 **kwargs,
             )
         model.set_retriever(retriever)
+        model.warn_if_reader_untrained()
         return loaded
+
+    def warn_if_reader_untrained(self) -> bool:
+        """
+        Warn (once per model) when `config.reader_trained` says the reader's span head was never trained, as after
+        [`init_from_bert`]: its answers are then arbitrary spans. Returns whether the reader is untrained.
+        """
+        if getattr(self.config, "reader_trained", True):
+            return False
+        if not getattr(self, "_warned_untrained_reader", False):
+            self._warned_untrained_reader = True
+            logger.warning(
+                "This RealmForOpenQA's reader was never trained (config.reader_trained=False, e.g. fresh from "
+                "init_from_bert): its span head is random, so its answers are arbitrary spans of the retrieved blocks. "
+                "Fine-tune it first (RealmOpenQATrainer or `realm-hf train`); after training it in a loop of your own, "
+                "set `model.config.reader_trained = True`."
+            )
+        return True
 
     def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
         r"""
@@ -423,6 +441,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             questions, tokenizer, max_question_length, getattr(self.config, "max_position_embeddings", None)
         )
         precision = autocast(self.device, dtype, "answering")  # an unknown dtype fails here, before any model work
+        self.warn_if_reader_untrained()
         results = []
         with self.evaluating():
             for start in range(0, len(questions), batch_size):

@@ -1,0 +1,127 @@
+"""Papercuts an experienced Hugging Face user hit (issue 27, part 3), one test (or a few) per fix."""
+
+import logging
+import os
+
+import datasets
+import pytest
+import torch
+from transformers import TrainingArguments
+
+from realm_hf import RealmForOpenQA
+
+HERE = os.path.dirname(__file__)
+LEGACY_OPENQA = os.path.join(HERE, "fixtures", "legacy", "openqa")
+QUESTIONS = [
+    {"question": "What is the capital of France?", "answers": ["paris"]},
+    {"question": "Who created the Python language?", "answers": ["guido van rossum", "guido"]},
+]
+
+
+def legacy_model():
+    torch.manual_seed(0)
+    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
+    model.config.searcher_beam_size = 6
+    return model
+
+
+def untrained_warnings(caplog):
+    return [r for r in caplog.records if "reader was never trained" in r.getMessage()]
+
+
+# ------------------------------------------------------------------------------------------- the untrained reader
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A BertForPreTraining directory (hidden 32, 2 layers) with the legacy fixture's vocabulary."""
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    path = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = RealmTokenizer.from_pretrained(LEGACY_OPENQA)
+    torch.manual_seed(0)
+    BertForPreTraining(tiny_bert_config(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_init_from_bert_records_an_untrained_reader_and_no_local_path(tiny_bert):
+    from realm_hf.initialization import init_from_bert
+    from realm_hf.modeling_pretraining import RealmForPreTraining
+
+    model = init_from_bert(RealmForOpenQA, tiny_bert, retriever_proj_size=8, span_hidden_size=8)
+    assert model.config.reader_trained is False
+    assert model.config.base_model is None  # a local path is not a Hub id, and would leak into published configs
+    named = init_from_bert(RealmForOpenQA, tiny_bert, base_model="google/bert_uncased_L-2_H-128_A-2")
+    assert named.config.base_model == "google/bert_uncased_L-2_H-128_A-2"
+    # A model without a reader has nothing untrained to report.
+    assert init_from_bert(RealmForPreTraining, tiny_bert, retriever_proj_size=8).config.reader_trained is True
+
+
+def test_untrained_reader_warns_at_load_and_answer_and_in_card(tiny_bert, tmp_path, caplog):
+    from huggingface_hub import ModelCard
+
+    from realm_hf import RealmRetriever, RealmTokenizer
+    from realm_hf.initialization import init_from_bert
+
+    model = init_from_bert(
+        RealmForOpenQA, tiny_bert, retriever_proj_size=8, span_hidden_size=8, base_model="org/tiny-bert"
+    )
+    tokenizer = RealmTokenizer.from_pretrained(tiny_bert)
+    documents = [{"title": "Paris", "text": "Paris is the capital of France."}]
+    model.set_retriever(RealmRetriever.from_documents(documents, model.embedder, tokenizer, show_progress=False))
+    with caplog.at_level(logging.WARNING):
+        model.answer("what is the capital of france?")
+        model.answer("what is the capital of france?")
+    assert len(untrained_warnings(caplog)) == 1  # once per model, not once per call
+    model.save_pretrained(tmp_path / "m")
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert "reader was never trained" in card.text
+    assert card.data.base_model == "org/tiny-bert"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        reloaded = RealmForOpenQA.from_pretrained(tmp_path / "m")
+    assert reloaded.config.reader_trained is False
+    assert len(untrained_warnings(caplog)) == 1
+    caplog.clear()
+    import realm_hf
+
+    with caplog.at_level(logging.WARNING):
+        realm_hf.pipeline("question-answering", model=RealmForOpenQA.from_pretrained(tmp_path / "m"))
+    assert untrained_warnings(caplog)
+
+
+def test_legacy_checkpoint_counts_as_trained(caplog):
+    with caplog.at_level(logging.WARNING):
+        model = legacy_model()
+        model.answer("what is the capital of france?")
+    assert model.config.reader_trained is True
+    assert not untrained_warnings(caplog)
+
+
+def test_openqa_trainer_marks_the_reader_trained(tmp_path):
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    model = legacy_model()
+    model.config.reader_trained = False  # as after init_from_bert
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True,
+        disable_tqdm=True, save_strategy="no",
+    )  # fmt: skip
+    trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS))
+    trainer.train()
+    assert model.config.reader_trained is True
+
+
+def test_frozen_reader_is_not_marked_trained():
+    from realm_hf.training.openqa import mark_reader_trained
+
+    model = legacy_model()
+    model.config.reader_trained = False
+    model.reader.requires_grad_(False)
+    assert mark_reader_trained(model) is False and model.config.reader_trained is False
+    model.reader.requires_grad_(True)
+    assert mark_reader_trained(model) is True and model.config.reader_trained is True
