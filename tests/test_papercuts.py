@@ -125,3 +125,26 @@ def test_frozen_reader_is_not_marked_trained():
     assert mark_reader_trained(model) is False and model.config.reader_trained is False
     model.reader.requires_grad_(True)
     assert mark_reader_trained(model) is True and model.config.reader_trained is True
+
+
+# ------------------------------------------------------------------------------- datasets' cache and the saved folder
+
+
+def test_map_and_filter_on_a_loaded_corpus_leave_the_saved_folder_clean(tmp_path):
+    legacy_model().save_pretrained(tmp_path / "m")
+    corpus_dir = tmp_path / "m" / "retriever" / "corpus"
+    before = sorted(os.listdir(corpus_dir))
+    model = RealmForOpenQA.from_pretrained(tmp_path / "m")
+    datasets.enable_caching()  # the suite disables it (conftest); a user's session has it on
+    try:
+        corpus = model.retriever.corpus
+        mapped = corpus.map(lambda row: {"length": len(row["text"])})
+        kept = corpus.filter(lambda row: "paris" in row["text"].lower())
+        assert mapped.cache_files and kept.cache_files  # datasets did cache them, on disk ...
+        assert all(not f["filename"].startswith(str(corpus_dir)) for f in mapped.cache_files + kept.cache_files)
+    finally:
+        datasets.disable_caching()
+    assert sorted(os.listdir(corpus_dir)) == before  # ... but not in the saved folder
+    assert len(mapped) == len(corpus) and 0 < len(kept) < len(corpus)
+    reloaded = RealmForOpenQA.from_pretrained(tmp_path / "m")
+    assert reloaded.retriever.corpus["text"] == corpus["text"]
