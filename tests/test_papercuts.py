@@ -2,6 +2,8 @@
 
 import logging
 import os
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -148,3 +150,100 @@ def test_map_and_filter_on_a_loaded_corpus_leave_the_saved_folder_clean(tmp_path
     assert len(mapped) == len(corpus) and 0 < len(kept) < len(corpus)
     reloaded = RealmForOpenQA.from_pretrained(tmp_path / "m")
     assert reloaded.retriever.corpus["text"] == corpus["text"]
+
+
+# ------------------------------------------------------------------------------------------ logging and progress bars
+
+
+@pytest.fixture
+def transformers_verbosity():
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.get_verbosity()
+    yield transformers_logging
+    transformers_logging.set_verbosity(before)
+    logging.getLogger("realm_hf").setLevel(logging.NOTSET)
+
+
+def ivf_warnings(caplog):
+    from realm_hf.retrieval.index import adjust_factory_for_size
+
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        adjust_factory_for_size("IVF64,Flat", 100)  # too few vectors: warns once
+        logging.getLogger("realm_hf.retrieval.index").info("an info record")
+    return [r.levelname for r in caplog.records if r.name.startswith("realm_hf")]
+
+
+def test_realm_hf_loggers_follow_transformers_verbosity(transformers_verbosity, caplog):
+    transformers_verbosity.set_verbosity_warning()
+    assert ivf_warnings(caplog) == ["WARNING"]
+    transformers_verbosity.set_verbosity_error()
+    assert ivf_warnings(caplog) == []
+    transformers_verbosity.set_verbosity_info()
+    assert ivf_warnings(caplog) == ["WARNING", "INFO"]
+    # A level set on realm-hf's own logger governs realm-hf alone.
+    logging.getLogger("realm_hf").setLevel(logging.ERROR)
+    assert ivf_warnings(caplog) == []
+
+
+def test_realm_hf_warnings_follow_transformers_verbosity(transformers_verbosity):
+    import warnings
+
+    from realm_hf.precision import resolve_autocast_dtype
+
+    with pytest.warns(UserWarning, match="no fast fp16"):
+        resolve_autocast_dtype("fp16", "cpu", "answering")
+    transformers_verbosity.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_autocast_dtype("fp16", "cpu", "answering") is None
+
+
+def test_import_changes_no_global_logging():
+    probe = (
+        "import logging\n"
+        "root = logging.getLogger()\n"
+        "before = (root.level, list(root.handlers))\n"
+        "import realm_hf, realm_hf.training, realm_hf.cli.main\n"
+        "from transformers.utils import logging as tl\n"
+        "assert (root.level, list(root.handlers)) == before, (root.level, root.handlers)\n"
+        "assert tl.get_verbosity() == logging.WARNING\n"
+        "assert logging.getLogger('realm_hf').level == logging.NOTSET and not logging.getLogger('realm_hf').handlers\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TRANSFORMERS_VERBOSITY"}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("value", "drawn"), [("1", False), ("true", False), ("0", True), (None, True)])
+def test_tqdm_disable_silences_realm_hf_bars(monkeypatch, value, drawn):
+    import io
+
+    import huggingface_hub.utils
+
+    from realm_hf.progress import progress_bar
+
+    huggingface_hub.utils.enable_progress_bars()  # an earlier test may have left a switch off
+    if value is None:
+        monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("TQDM_DISABLE", value)
+    stream = io.StringIO()
+    for _ in progress_bar(range(3), desc="Embedding blocks", file=stream):
+        pass
+    assert ("Embedding blocks" in stream.getvalue()) is drawn
+
+
+def test_ivf_fallback_warns_once_and_consistently(caplog):
+    import numpy as np
+
+    from realm_hf.retrieval.index import build_index_from_matrix
+
+    embeddings = np.random.default_rng(0).standard_normal((12, 8)).astype("float32")
+    with caplog.at_level(logging.WARNING):
+        _, factory = build_index_from_matrix("IVF64,Flat", embeddings, np.arange(12, dtype="int64"), None)
+    messages = [r.getMessage() for r in caplog.records if "inverted lists" in r.getMessage()]
+    assert factory == "IVF1,Flat"
+    assert len(messages) == 1, messages
+    assert "'IVF64,Flat' has 64 inverted lists" in messages[0] and "using 'IVF1,Flat' instead" in messages[0]

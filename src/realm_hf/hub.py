@@ -22,7 +22,6 @@ when `realm_hf` is not imported are described in docs/hub.md.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from typing import Any
@@ -31,8 +30,9 @@ from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_lo
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
 from .constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from .logging_utils import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # The manifest's name, under the name this module always exported.
 RETRIEVER_MANIFEST_NAME = MANIFEST_NAME

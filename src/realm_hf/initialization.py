@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Any
 
@@ -12,9 +11,10 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
 
 from .configuration_realm import RealmConfig
+from .logging_utils import get_logger
 from .modeling_realm import RealmReader, RealmScorerProjection
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Fields a BERT config shares with RealmConfig, copied as they are.
 _BERT_CONFIG_FIELDS = (

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 
 import torch
 
 from .configuration_realm import RealmConfig
+from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
@@ -26,7 +26,7 @@ from .tokenization_realm import tokenizer_call
 # What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
 _load_retriever_for = load_retriever_for_checkpoint
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
 _MODE_LOCK = threading.Lock()

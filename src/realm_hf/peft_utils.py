@@ -24,7 +24,6 @@ default, so the index built for the base model stays valid for the adapted one.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import shutil
@@ -33,7 +32,9 @@ from collections.abc import Sequence
 
 import torch
 
-logger = logging.getLogger(__name__)
+from .logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 # Component names every REALM model answers to with the same meaning (`query_embedder` embeds questions / masked
 # inputs, `document_embedder` the indexed blocks), so a component is found by attribute, with no per-class table.

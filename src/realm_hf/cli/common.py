@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import sys
@@ -14,8 +13,9 @@ from typing import Any
 from realm_hf_cli import EXIT_ERROR, EXIT_OK  # noqa: F401 (re-exported: the statuses every command returns)
 
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from ..logging_utils import get_logger
 
-logger = logging.getLogger("realm_hf.cli")
+logger = get_logger("realm_hf.cli")
 
 
 class CLIError(ValueError):

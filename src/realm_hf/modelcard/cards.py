@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from collections.abc import Mapping
@@ -13,6 +12,7 @@ from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text
+from ..logging_utils import get_logger
 from .handwritten import merge_metadata, parse_card, restore_handwritten
 from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
 from .sections import (
@@ -27,7 +27,7 @@ from .sections import (
 )
 from .tasks import ICT, OPEN_QA, card_task
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Model id used in the usage snippet when none is known; replace it with a repo id or local path.
 USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"

@@ -5,13 +5,13 @@ or, when a `context` is given, by the reader on that context alone (as the class
 
 from __future__ import annotations
 
-import logging
 import os
 import types
 
 import torch
 from transformers import Pipeline
 
+from ..logging_utils import get_logger
 from ..modeling_realm import RealmForOpenQA
 from ..precision import autocast, parse_dtype
 from ..provenance import answer_record, block_provenance
@@ -25,7 +25,7 @@ from .answers import _best_spans
 from .inputs import _is_dataset, dataset_questions, is_hf_dataset
 from .options import map_classic_options
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _DEFAULT_BATCH_SIZE = 8
 _DEFAULT_MAX_QUESTION_LENGTH = 64

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import mmap
 import os
 import shutil
@@ -19,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-logger = logging.getLogger(__name__)
+from ..logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 # Arrow string arrays have 32-bit offsets (2 GB per array): build big text columns in row chunks.
 _ARROW_CHUNK_ROWS = 1 << 20

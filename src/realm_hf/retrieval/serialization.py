@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import math
 import os
 import re
@@ -19,6 +18,7 @@ import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, TOKENIZER_DIR
 from ..file_utils import recover_interrupted_save, staged_save
+from ..logging_utils import get_logger
 from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
 from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
 from .integrity import (  # noqa: F401 - some only re-exported: they were importable from here
@@ -42,7 +42,7 @@ from .integrity import (  # noqa: F401 - some only re-exported: they were import
     stale_weight_files,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _realm_hf_version() -> str:

@@ -6,12 +6,12 @@ merged exactly, and the retrieved blocks' data sent from the processes that hold
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ..logging_utils import get_logger
 from . import searching
 from .collectives import ShardedCollectiveError, describe
 from .corpus import _unflatten, as_id_array, pad_token_ids
@@ -22,7 +22,7 @@ from .searching import RealmSearchOutput
 if TYPE_CHECKING:
     from .sharding import ShardedRealmRetriever
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def sharded_search(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,12 +9,13 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
+from ..logging_utils import get_logger
 from ..progress import progress_bar
 from ..text_inputs import question_problems, question_text_problems, truncate_questions
 from ..tokenization_realm import tokenizer_call
 from .model_card import RealmModelCardMixin
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @dataclass
