@@ -247,3 +247,59 @@ def test_ivf_fallback_warns_once_and_consistently(caplog):
     assert factory == "IVF1,Flat"
     assert len(messages) == 1, messages
     assert "'IVF64,Flat' has 64 inverted lists" in messages[0] and "using 'IVF1,Flat' instead" in messages[0]
+
+
+# ------------------------------------------------------------------------------------------------------------ the CLI
+
+
+def test_cli_suggests_the_close_option(capsys):
+    from realm_hf_cli import main
+
+    assert main(["ask", "who?", "--model", LEGACY_OPENQA, "--top_k", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --top_k" in err and "(did you mean --top-k?)" in err
+    assert "usage: realm-hf ask" in err  # the command's usage, not the top-level one
+    assert main(["evaluate", "qa.jsonl", "--model", LEGACY_OPENQA, "--answer-column", "a"]) == 2
+    assert "(did you mean --answers-column?)" in capsys.readouterr().err
+
+
+_NO_TORCH_PROBE = """
+import sys
+import realm_hf_cli
+status = realm_hf_cli.main(sys.argv[1:])
+print(status, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ask", "who?", "--model", "does-not-exist/"], "Model 'does-not-exist/' does not exist."),
+        (["evaluate", "missing.jsonl", "--model", "x"], "QA file 'missing.jsonl' does not exist."),
+        (["ask", "who?", "--model", "nobody/no-such-model"], "HF_HUB_OFFLINE is set"),
+        (["index", "missing.jsonl", "--model", "m", "--output", "o"], "Input 'missing.jsonl' does not exist."),
+    ],
+)
+def test_cli_reports_a_missing_path_before_importing_torch(tmp_path, argv, message):
+    import realm_hf_cli
+
+    # This checkout's script (PYTHONPATH may be relative, and the probe runs in tmp_path), an empty Hub cache.
+    source = os.path.dirname(os.path.abspath(realm_hf_cli.__file__))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PYTHONPATH": source}
+    result = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH_PROBE, *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert message in result.stderr
+
+
+def test_cli_index_refuses_a_non_realm_model_before_reading_documents(tiny_bert, tmp_path, capsys):
+    from realm_hf_cli import main
+
+    documents = tmp_path / "docs.jsonl"
+    documents.write_text('{"title": "a", "text": "b"}\nnot json at all\n')  # reading it would fail on line 2
+    assert main(["index", str(documents), "--model", str(tiny_bert), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "holds a `bert` model, not a REALM one" in err and "init_from_bert" in err
+    assert "line 2" not in err and not (tmp_path / "out").exists()
