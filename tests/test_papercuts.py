@@ -205,14 +205,15 @@ def test_import_changes_no_global_logging():
         "import logging\n"
         "root = logging.getLogger()\n"
         "before = (root.level, list(root.handlers))\n"
-        "import realm_hf, realm_hf.training, realm_hf.cli.main\n"
+        "import realm_hf, realm_hf.training\n"
         "from transformers.utils import logging as tl\n"
         "assert (root.level, list(root.handlers)) == before, (root.level, root.handlers)\n"
         "assert tl.get_verbosity() == logging.WARNING\n"
         "assert logging.getLogger('realm_hf').level == logging.NOTSET and not logging.getLogger('realm_hf').handlers\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "TRANSFORMERS_VERBOSITY"}
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    # A fresh interpreter (what import does is the question); it imports torch, so it may be slow on a busy machine.
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr
 
 
@@ -303,3 +304,100 @@ def test_cli_index_refuses_a_non_realm_model_before_reading_documents(tiny_bert,
     err = capsys.readouterr().err
     assert "holds a `bert` model, not a REALM one" in err and "init_from_bert" in err
     assert "line 2" not in err and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------- metrics
+
+
+def _squad_v11_f1(prediction, ground_truth):
+    # SQuAD v1.1's official evaluate-v1.1.py `f1_score`, as published (normalisation aside), as the oracle.
+    import collections
+
+    from realm_hf.metrics import normalize_answer
+
+    prediction_tokens = normalize_answer(prediction).split()
+    ground_truth_tokens = normalize_answer(ground_truth).split()
+    common = collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [("", ""), ("the", "a"), ("", "dog"), ("dog", ""), ("dog dog dog", "dog"), ("Paris France", "Paris"), ("a", "b")],
+)
+def test_f1_matches_squad_v11_by_default(prediction, gold):
+    from realm_hf.metrics import compute_qa_metrics, f1_score
+
+    assert f1_score(prediction, [gold]) == pytest.approx(_squad_v11_f1(prediction, gold))
+    assert compute_qa_metrics([prediction], [[gold]])["f1"] == pytest.approx(100 * _squad_v11_f1(prediction, gold))
+
+
+def test_empty_answers_score_by_squad_v2_only_when_asked(monkeypatch):
+    from realm_hf.metrics import compute_qa_metrics, load_realm_qa_metric
+
+    assert compute_qa_metrics([""], [[""]]) == {"exact_match": 100.0, "f1": 0.0, "exact_match_count": 1, "total": 1}
+    assert compute_qa_metrics([""], [[""]], squad_v2=True)["f1"] == 100.0
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    metric = load_realm_qa_metric()
+    assert metric.compute(predictions=[""], references=[[""]])["f1"] == 0.0
+    assert metric.compute(predictions=[""], references=[[""]], squad_v2=True)["f1"] == 100.0
+
+
+# ---------------------------------------------------------------------------------------------------------- the Hub
+
+
+def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_path, monkeypatch, caplog):
+    import json
+    import warnings
+
+    from hub_server import TOKEN, LocalHub, point_clients_at
+
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    with LocalHub() as hub:
+        point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        model = legacy_model()
+        args = TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True,
+            disable_tqdm=True, save_strategy="no", hub_model_id="realm-test/trained",
+        )  # fmt: skip
+        trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS))
+        trainer.train()
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+            warnings.simplefilter("always")
+            logging.getLogger("realm_hf").setLevel(logging.INFO)
+            try:
+                trainer.push_to_hub()
+            finally:
+                logging.getLogger("realm_hf").setLevel(logging.NOTSET)
+        files = set(hub.files("realm-test/trained"))
+    assert "training_args.json" in files and "training_args.bin" not in files
+    assert not any(name.endswith((".bin", ".pt", ".pkl", ".pickle", ".pth")) for name in files), files
+    assert not [w for w in caught if "about to commit a data file" in str(w.message)]
+    assert len([r for r in caplog.records if "corpus data file(s)" in r.getMessage()]) == 1
+    assert json.loads((tmp_path / "out" / "training_args.json").read_text())["max_steps"] == 1
+
+
+# ----------------------------------------------------------------------------------------------------------- the API
+
+
+def test_save_pretrained_onto_a_file_says_so(tmp_path):
+    target = tmp_path / "model.bin"
+    target.write_bytes(b"not a directory")
+    with pytest.raises(FileExistsError, match="it is a file, not a directory"):
+        legacy_model().save_pretrained(target)
+    assert target.read_bytes() == b"not a directory"
+
+
+def test_pipeline_without_a_retriever_says_what_is_missing():
+    import realm_hf
+
+    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, load_retriever=False)
+    with pytest.raises(ValueError, match=r"no retriever \(no corpus and index attached.*set_retriever"):
+        realm_hf.pipeline("question-answering", model=model)
