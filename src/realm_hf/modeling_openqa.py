@@ -13,7 +13,7 @@ from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import collect_answers
+from .openqa_answers import _best_spans, collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
 from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
 from .precision import autocast
@@ -402,6 +402,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         max_question_length: int = 64,
         num_blocks: int | None = None,
         dtype: str | torch.dtype | None = None,
+        top_k: int | None = None,
     ):
         r"""
         Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
@@ -425,6 +426,10 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 bf16, and in fp32 with a warning elsewhere (bf16 would be slower there); `"auto"` picks bf16 where
                 it is native, silently; `"fp32"` or `None` is fp32. Retrieval scores and span logits stay fp32.
                 Weights are not cast. See [`~realm_hf.precision.resolve_autocast_dtype`].
+            top_k (`int`, *optional*): The `top_k` best answers per question, as the pipeline's `top_k`: distinct
+                span texts across the read blocks, best first, each at most `config.max_span_width` wordpieces (fewer
+                when the blocks hold fewer). Each question then gets a list of answer dicts (a list of such lists for
+                a list of questions). Without it, one answer dict per question.
 
         Returns:
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
@@ -433,6 +438,8 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
         """
         questions, single = as_question_list(questions)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"`top_k` must be a positive integer (answers per question), got {top_k!r}.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
         check_max_question_length(max_question_length)
@@ -457,6 +464,9 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                     )
                 reader_output = out.reader_output
                 for b, question in enumerate(chunk):
+                    if top_k is not None:
+                        results.append(self._top_answers(out, b, question, top_k, tokenizer))
+                        continue
                     row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
                     log_probs = span_log_probs(reader_output.reader_logits[b])
                     span = out.answer_char_spans[b]
@@ -471,3 +481,21 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                     )
                     results.append({"question": question, **record, "retrieved": retrieved})
         return results[0] if single else results
+
+    def _top_answers(self, out: RealmForOpenQAOutput, b: int, question: str, top_k: int, tokenizer) -> list[dict]:
+        # The pipeline's selection (`_best_spans`) over question `b`'s read blocks, in `answer()`'s schema.
+        reader_output = out.reader_output
+        num_read = reader_output.reader_logits.shape[1]
+        retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
+        offsets = out.reader_offset_mapping
+        result = {
+            "logits": reader_output.reader_logits[b].detach().float().cpu(),
+            "starts": reader_output.candidate_starts.cpu(),
+            "ends": reader_output.candidate_ends.cpu(),
+            "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
+            "input_ids": out.reader_input_ids[b, :num_read].cpu(),
+            "texts": [block["text"] for block in out.retrieved_blocks[b][:num_read]],
+            "blocks": retrieved[:num_read],
+        }
+        answers = _best_spans(result, top_k, self.config.max_span_width, tokenizer)
+        return [{"question": question, **answer, "retrieved": retrieved} for answer in answers]
