@@ -113,6 +113,21 @@ def save_checkpoint(accelerator, reindexer, checkpoint_dir: str, training_state:
     accelerator.wait_for_everyone()
 
 
+def fewer_processes_than_asked(num_processes: int, environ=os.environ) -> str | None:
+    """
+    A warning when `accelerate launch` was asked for several processes but this is the only one: its simple launcher
+    (`--cpu --num_processes 2`, or `--num_processes 2` without `--multi_gpu` on CPU) sets `MASTER_PORT` for them and
+    then starts one process, which `torch.distributed` never names (no `WORLD_SIZE`). `None` when all is as asked.
+    """
+    if num_processes > 1 or "MASTER_PORT" not in environ or "WORLD_SIZE" in environ:
+        return None
+    return (
+        "accelerate launch was asked for several processes, but only this one started (it trains alone, on every "
+        "batch). `accelerate launch --cpu --num_processes N` runs a single process; for N CPU processes run "
+        "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...` (or `torchrun --nproc_per_node N`)."
+    )
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -122,7 +137,7 @@ def main(argv=None) -> int:
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
-    from realm_hf.training.openqa import DataCollatorForOpenQA
+    from realm_hf.training.openqa import DataCollatorForOpenQA, mark_reader_trained
     from realm_hf.training.recipes import seed_everything
 
     accelerator = Accelerator(
@@ -131,6 +146,9 @@ def main(argv=None) -> int:
         # A seeded sampler makes each epoch's order reproducible, so a resumed run sees the same batches.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
+    warning = fewer_processes_than_asked(accelerator.num_processes)
+    if warning:
+        logging.getLogger(__name__).warning(warning)
     if accelerator.is_main_process:
         logging.getLogger("realm_hf").setLevel(logging.INFO)
         os.makedirs(args.output_dir, exist_ok=True)
@@ -175,6 +193,7 @@ def main(argv=None) -> int:
     model.train()
     train_started = time.perf_counter()
     running_loss, running_count = 0.0, 0
+    reader_marked = False
     while global_step < args.max_steps:
         loader.set_epoch(epoch)
         epoch_loader = accelerator.skip_first_batches(loader, batches_done) if batches_done else loader
@@ -185,6 +204,10 @@ def main(argv=None) -> int:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
+            if not reader_marked:
+                # The reader has been updated: saves now say so (`init_from_bert` left `reader_trained` False).
+                mark_reader_trained(model)
+                reader_marked = True
             global_step += 1
             batches_done += 1
             running_loss += accelerator.reduce(loss.detach(), reduction="mean").item()

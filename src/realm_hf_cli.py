@@ -12,6 +12,9 @@ them); `python -m realm_hf.cli` and `realm_hf.cli.main(argv)` call this same par
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -252,15 +255,106 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether `name` reads as a Hub repo id (`owner/name` or `name`) rather than a local path."""
+    # "owner/name" or "name": no path syntax. Anything else that does not exist is a missing local path.
+    if name.startswith((".", "/", "~")) or os.sep in name.replace("/", "", 1) or name.count("/") > 1:
+        return False
+    # huggingface_hub's rule for each part (letters, digits, '-', '_', '.'; no '--' or '..'; not starting or ending
+    # with '-' or '.'), so that e.g. "my-model/" is a missing directory, not a repo to look for.
+    parts = name.split("/")
+    if not all(_HUB_NAME.fullmatch(part) and "--" not in part and ".." not in part for part in parts):
+        return False
+    return not name.endswith((".json", ".jsonl", ".csv", ".parquet"))
+
+
+_HUB_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+
+
+# The arguments that name files or directories, per command: (attribute, what, may be a Hub id).
+_PATH_ARGUMENTS = {
+    "index": [("documents", "Input", False), ("model", "Model directory", False),
+              ("document_embedder", "Embedder directory", False), ("attach_to", "--attach-to model directory", False)],
+    "ask": [("model", "Model", True), ("file", "Question file", False)],
+    "evaluate": [("qa_file", "QA file", False), ("model", "Model", True)],
+    "train": [("config", "Config file", False)],
+    "convert": [("source", "Legacy checkpoint", True)],
+    "push": [("model_dir", "Model directory", False)],
+}  # fmt: skip
+
+
+def missing_path(args: argparse.Namespace) -> str | None:
+    """
+    The error for the first path argument of `args` that does not exist, or `None`: checked before the command imports
+    torch (5-8 s), so that a mistyped path is reported at once. A Hub repo id is left to the command (it may download),
+    except when `HF_HUB_OFFLINE` is set and the repo is not in the local cache.
+    """
+    for attribute, what, hub in _PATH_ARGUMENTS.get(args.command, []):
+        values = getattr(args, attribute, None)
+        for value in values if isinstance(values, list) else [values]:
+            if value is None or value == "-" or os.path.exists(value):
+                continue
+            if not (hub and is_hub_id(value)):
+                return f"{what} {value!r} does not exist."
+            if _offline() and not _in_hub_cache(value):
+                return (
+                    f"{what} {value!r} is not a local path, and HF_HUB_OFFLINE is set while the Hub repo {value!r} is "
+                    "not in the local cache."
+                )
+    return None
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache  # light next to torch; needed only offline, for a repo id
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def unknown_option_hint(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """` (did you mean --top-k?)` for the first unknown option close to one of `parser`'s, else `""`."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    for token in unknown:
+        if not token.startswith("-"):
+            continue
+        name = token.split("=", 1)[0]
+        dashed = name.replace("_", "-")
+        close = [dashed] if dashed in options else difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `realm-hf`: parse the arguments, then run the command. Returns the exit status (0 or 2)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            # argparse would print its generic "unrecognized arguments"; name the option meant (`--top_k`: `--top-k`).
+            command = _subparser(parser, getattr(args, "command", None))
+            command.error(f"unrecognized arguments: {' '.join(unknown)}{unknown_option_hint(command, unknown)}")
     except SystemExit as exit_:  # --help, --version and argparse's own usage errors
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else EXIT_ERROR
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    problem = missing_path(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_ERROR
     # Deferred until a command runs: importing realm_hf loads torch and transformers (see the module docstring).
     from realm_hf.cli.main import run_command

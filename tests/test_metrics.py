@@ -50,7 +50,9 @@ def test_f1():
     assert f1_score("cat", "dog") == 0.0
     assert f1_score("", "dog") == 0.0
     assert f1_score("dog", "") == 0.0
-    assert f1_score("the", "a") == 1.0  # both normalise to nothing
+    # Both normalise to nothing: 0 in SQuAD v1.1's script (no common token), 1 by SQuAD 2.0's no-answer rule.
+    assert f1_score("the", "a") == 0.0
+    assert f1_score("the", "a", squad_v2=True) == 1.0
     # Max over golds: 2/3 against "Paris", 1 against "Paris, France".
     assert f1_score("Paris France", ["Paris", "Paris, France"]) == 1.0
 

@@ -78,6 +78,15 @@ class RealmConfig(PreTrainedConfig):
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
             pooling sentence encoders such as all-MiniLM-L6-v2 were trained with ([`init_from_bert`] picks it when
             the checkpoint's sentence-transformers pooling config says so). Legacy checkpoints use `"cls"`.
+        reader_trained (`bool`, *optional*, defaults to `True`):
+            Whether the reader's span head has been trained. [`init_from_bert`] sets it to `False` (the span scorer
+            starts random, so answers are arbitrary spans), and a model that says `False` warns when it is loaded and
+            when it answers. Training that updates the reader sets it back to `True`: [`RealmOpenQATrainer`] (hence
+            `realm-hf train` and the recipes) does so at its first optimizer step; in a loop of your own set
+            `model.config.reader_trained = True`. Checkpoints without the field (legacy ones) count as trained.
+        base_model (`str`, *optional*):
+            The Hub id of the checkpoint the model was initialised from ([`init_from_bert`]'s `base_model`, or its
+            checkpoint directory when that is a Hub id); model cards list it as their `base_model`.
 
     Example:
 
@@ -173,6 +182,14 @@ class RealmConfig(PreTrainedConfig):
                 f"{retriever_pooling!r}."
             )
         self.retriever_pooling = retriever_pooling
+        reader_trained = kwargs.pop("reader_trained", True)
+        if not isinstance(reader_trained, bool):
+            raise ValueError(f"`reader_trained` must be True or False, got {reader_trained!r}.")
+        self.reader_trained = reader_trained
+        base_model = kwargs.pop("base_model", None)
+        if base_model is not None and not isinstance(base_model, str):
+            raise ValueError(f"`base_model` must be a Hub model id (a string) or None, got {base_model!r}.")
+        self.base_model = base_model
 
         # Fields transformers 5's BERT blocks read; the base config no longer carries them. REALM's encoders are
         # always bidirectional encoders without cross-attention or a KV cache.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import ntpath
 import os
 import posixpath
@@ -16,7 +15,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-logger = logging.getLogger(__name__)
+from .logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 # A staged save writes into `<target>/.realm-hf-staging-XXXX/`; the journal, present only while the new entries are
 # being swapped in, names that folder and the entries, so that an interrupted swap can be completed.

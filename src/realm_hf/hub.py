@@ -22,17 +22,19 @@ when `realm_hf` is not imported are described in docs/hub.md.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import tempfile
+import warnings
 from typing import Any
 
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
 from .constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from .logging_utils import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # The manifest's name, under the name this module always exported.
 RETRIEVER_MANIFEST_NAME = MANIFEST_NAME
@@ -395,15 +397,44 @@ def push_to_hub(
             existing_readme=existing or "",  # never the card save_pretrained just wrote: it has no hand-written text
             **card_kwargs,
         )
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=tmp_dir,
-            commit_message=commit_message or "Upload REALM model, corpus and index",
-            commit_description=commit_description,
-            revision=revision,
-            create_pr=create_pr,
-            # A re-indexed corpus may have other shard names: do not leave the old ones next to the new manifest.
-            delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"] if save_retriever else None,
+        with expected_data_files():
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=tmp_dir,
+                commit_message=commit_message or "Upload REALM model, corpus and index",
+                commit_description=commit_description,
+                revision=revision,
+                create_pr=create_pr,
+                # A re-indexed corpus may have other shard names: do not leave the old ones next to the new manifest.
+                delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"] if save_retriever else None,
+            )
+
+
+_DATA_FILE_WARNING = "It seems that you are about to commit a data file"
+
+
+@contextlib.contextmanager
+def expected_data_files():
+    """
+    Within it, huggingface_hub's "about to commit a data file (...) to a model repository" warning, given once for
+    every Arrow/Parquet file of an upload, is not shown: a REALM model repo holds its corpus (`retriever/corpus/`) on
+    purpose, so that one repo has everything `from_pretrained` needs (docs/hub.md). It is explained once, at info
+    level, instead.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    data_files = 0
+    for warning in caught:
+        if str(warning.message).startswith(_DATA_FILE_WARNING):
+            data_files += 1
+        else:  # anything else is shown as it would have been
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if data_files:
+        logger.info(
+            "Uploaded %d corpus data file(s) (Arrow/Parquet) to a model repository on purpose: a REALM model repo "
+            "holds its corpus and index under retriever/, so that from_pretrained needs that one repo.",
+            data_files,
         )
 
 
@@ -479,6 +510,7 @@ __all__ = [
     "RETRIEVER_MANIFEST_NAME",
     "RETRIEVER_SUBFOLDER",
     "download_retriever",
+    "expected_data_files",
     "load_referenced_retriever",
     "load_retriever_from_hub",
     "push_corpus_to_hub",

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Any
 
 import torch
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
 
 from .configuration_realm import RealmConfig
-from .modeling_realm import RealmScorerProjection
+from .logging_utils import get_logger
+from .modeling_realm import RealmReader, RealmScorerProjection
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Fields a BERT config shares with RealmConfig, copied as they are.
 _BERT_CONFIG_FIELDS = (
@@ -195,6 +196,7 @@ def init_from_bert(
     copy_mlm_head: bool = True,
     scale_projection: bool = True,
     output_loading_info: bool = False,
+    base_model: str | None = None,
     **config_overrides,
 ):
     r"""
@@ -205,7 +207,8 @@ def init_from_bert(
     [`RealmForOpenQA`], [`RealmForPreTraining`] and [`RealmForInverseClozeTask`]), and the masked-LM head
     (`cls.predictions.*`) when the checkpoint has one (`BertForMaskedLM`, `BertForPreTraining`). Left as initialised:
     the REALM-specific heads, i.e. the retrieval projection (`cls.dense`, `cls.LayerNorm` of the embedders) and the
-    reader's span scorer (`qa_outputs`).
+    reader's span scorer (`qa_outputs`). A model with a reader records `config.reader_trained = False`: it warns when
+    loaded and when answering until training updates the reader (see [`RealmConfig`]).
 
     <Tip>
 
@@ -241,6 +244,10 @@ def init_from_bert(
         output_loading_info (`bool`, *optional*, defaults to `False`):
             Also return a dict with `copied` (model keys written), `missing` (model keys the checkpoint lacked) and
             `not_copied` (REALM-specific keys left as initialised).
+        base_model (`str`, *optional*):
+            The checkpoint's Hub id (e.g. `"sentence-transformers/all-MiniLM-L6-v2"` for a local copy of it),
+            recorded as `config.base_model` for the model card's `base_model`. Defaults to `bert_dir` when that is a
+            Hub id rather than a local path; a local path is never recorded (it would leak into published configs).
         **config_overrides:
             Passed to [`realm_config_from_bert`] when `model_or_class` is a class.
 
@@ -313,6 +320,12 @@ def init_from_bert(
         len(not_copied),
         "" if has_mlm_head else ", masked-LM head transform",
     )
+    if any(isinstance(module, RealmReader) for module in model.modules()):
+        # The span scorer (`qa_outputs`) is fresh: until training updates the reader, answers are arbitrary spans.
+        model.config.reader_trained = False
+    base_model = base_model if base_model is not None else _hub_id_or_none(bert_dir)
+    if base_model is not None:
+        model.config.base_model = base_model
     if output_loading_info:
         return model, {"copied": copied, "missing": missing, "not_copied": not_copied}
     return model
@@ -389,6 +402,18 @@ def init_projection_from_pca(
     dense.bias.copy_((-(components @ mean)).to(dense.bias.dtype))
     explained = eigenvalues.flip(-1)[:size] / eigenvalues.sum().clamp(min=1e-12)
     return explained.float()
+
+
+def _hub_id_or_none(source) -> str | None:
+    """`source` when it names a Hub repo ("org/name", not an existing local path), else `None`."""
+    name = str(source)
+    if os.path.exists(name) or name.count("/") != 1:
+        return None
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return None
+    return name
 
 
 __all__ = ["init_from_bert", "init_projection_from_pca", "load_bert_state_dict", "realm_config_from_bert"]

@@ -98,6 +98,12 @@ class RealmPreTrainedModel(PreTrainedModel):
         if corpus_format not in ("arrow", "parquet"):
             raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
         save_directory = os.path.abspath(os.fspath(save_directory))
+        if os.path.exists(save_directory) and not os.path.isdir(save_directory):
+            # Said here, before any work, rather than as a bare FileExistsError from deep in the staged save.
+            raise FileExistsError(
+                f"Cannot save the model into {save_directory}: it is a file, not a directory. save_pretrained writes a "
+                "directory (created if missing): give a directory path, or move the file away."
+            )
         prepare_save(self)
         self.config.auto_map = model_auto_map(self)
         if not kwargs.get("is_main_process", True):

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 
 import torch
 
 from .configuration_realm import RealmConfig
 from .file_utils import consistent_read
+from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import check_finite_reader_logits, collect_answers
+from .openqa_answers import _best_spans, check_finite_reader_logits, collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
 from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
 from .precision import autocast
@@ -27,7 +27,7 @@ from .tokenization_realm import tokenizer_call
 # What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
 _load_retriever_for = load_retriever_for_checkpoint
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
 _MODE_LOCK = threading.Lock()
@@ -144,7 +144,25 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                     **kwargs,
                 )
         model.set_retriever(retriever)
+        model.warn_if_reader_untrained()
         return loaded
+
+    def warn_if_reader_untrained(self) -> bool:
+        """
+        Warn (once per model) when `config.reader_trained` says the reader's span head was never trained, as after
+        [`init_from_bert`]: its answers are then arbitrary spans. Returns whether the reader is untrained.
+        """
+        if getattr(self.config, "reader_trained", True):
+            return False
+        if not getattr(self, "_warned_untrained_reader", False):
+            self._warned_untrained_reader = True
+            logger.warning(
+                "This RealmForOpenQA's reader was never trained (config.reader_trained=False, e.g. fresh from "
+                "init_from_bert): its span head is random, so its answers are arbitrary spans of the retrieved blocks. "
+                "Fine-tune it first (RealmOpenQATrainer or `realm-hf train`); after training it in a loop of your own, "
+                "set `model.config.reader_trained = True`."
+            )
+        return True
 
     def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
         r"""
@@ -385,6 +403,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         max_question_length: int = 64,
         num_blocks: int | None = None,
         dtype: str | torch.dtype | None = None,
+        top_k: int | None = None,
     ):
         r"""
         Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
@@ -408,6 +427,10 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 bf16, and in fp32 with a warning elsewhere (bf16 would be slower there); `"auto"` picks bf16 where
                 it is native, silently; `"fp32"` or `None` is fp32. Retrieval scores and span logits stay fp32.
                 Weights are not cast. See [`~realm_hf.precision.resolve_autocast_dtype`].
+            top_k (`int`, *optional*): The `top_k` best answers per question, as the pipeline's `top_k`: distinct
+                span texts across the read blocks, best first, each at most `config.max_span_width` wordpieces (fewer
+                when the blocks hold fewer). Each question then gets a list of answer dicts (a list of such lists for
+                a list of questions). Without it, one answer dict per question.
 
         Returns:
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
@@ -417,12 +440,15 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         """
         questions, single = as_question_list(questions)
         batch_size = check_positive_int(batch_size, "batch_size")
+        if top_k is not None:
+            top_k = check_positive_int(top_k, "top_k")
         check_max_question_length(max_question_length)
         tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
         check_questions(
             questions, tokenizer, max_question_length, getattr(self.config, "max_position_embeddings", None)
         )
         precision = autocast(self.device, dtype, "answering")  # an unknown dtype fails here, before any model work
+        self.warn_if_reader_untrained()
         results = []
         with self.evaluating():
             for start in range(0, len(questions), batch_size):
@@ -439,6 +465,9 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 reader_output = out.reader_output
                 check_finite_reader_logits(reader_output.reader_logits)
                 for b, question in enumerate(chunk):
+                    if top_k is not None:
+                        results.append(self._top_answers(out, b, question, top_k, tokenizer))
+                        continue
                     row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
                     log_probs = span_log_probs(reader_output.reader_logits[b])
                     span = out.answer_char_spans[b]
@@ -453,3 +482,21 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                     )
                     results.append({"question": question, **record, "retrieved": retrieved})
         return results[0] if single else results
+
+    def _top_answers(self, out: RealmForOpenQAOutput, b: int, question: str, top_k: int, tokenizer) -> list[dict]:
+        # The pipeline's selection (`_best_spans`) over question `b`'s read blocks, in `answer()`'s schema.
+        reader_output = out.reader_output
+        num_read = reader_output.reader_logits.shape[1]
+        retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
+        offsets = out.reader_offset_mapping
+        result = {
+            "logits": reader_output.reader_logits[b].detach().float().cpu(),
+            "starts": reader_output.candidate_starts.cpu(),
+            "ends": reader_output.candidate_ends.cpu(),
+            "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
+            "input_ids": out.reader_input_ids[b, :num_read].cpu(),
+            "texts": [block["text"] for block in out.retrieved_blocks[b][:num_read]],
+            "blocks": retrieved[:num_read],
+        }
+        answers = _best_spans(result, top_k, self.config.max_span_width, tokenizer)
+        return [{"question": question, **answer, "retrieved": retrieved} for answer in answers]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from .configuration_realm import RealmConfig
+from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
@@ -15,7 +14,7 @@ from .pretraining_components import RealmPreTrainingCheckpointsMixin
 from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 from .retriever_loading import check_retriever_dim
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _config_value(config, name, default):

@@ -6,13 +6,13 @@ repo, a legacy `block_emb`, the corpus its config names), and one search that al
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 from typing import TYPE_CHECKING
 
 import torch
 
 from .constants import LEGACY_BLOCK_RECORDS
+from .logging_utils import get_logger
 from .modeling_base import prepare_local_load
 from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
@@ -21,7 +21,7 @@ from .tokenization_realm import check_vocabulary
 if TYPE_CHECKING:
     from .modeling_openqa import RealmForOpenQA
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int):

@@ -24,7 +24,6 @@ default, so the index built for the base model stays valid for the adapted one.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from collections.abc import Sequence
@@ -32,8 +31,9 @@ from collections.abc import Sequence
 import torch
 
 from .file_utils import consistent_read, normalize_permissions, staged_save
+from .logging_utils import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Component names every REALM model answers to with the same meaning (`query_embedder` embeds questions / masked
 # inputs, `document_embedder` the indexed blocks), so a component is found by attribute, with no per-class table.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import platform
-import warnings
 
 import torch
+
+from .logging_utils import warn
 
 DTYPE_NAMES = {
     "fp32": torch.float32,
@@ -119,7 +120,7 @@ def resolve_autocast_dtype(dtype, device: str | torch.device, purpose: str = "an
             if device.type == "cpu"
             else "this GPU has no native bf16 (compute capability 8.0+)"
         )
-        warnings.warn(
+        warn(
             f"dtype='bf16' was asked for {purpose}, but {what}: bf16 would be emulated and slower than fp32, so "
             f"{purpose} runs in fp32. Use dtype='auto' to get bf16 only where it is native.",
             UserWarning,
@@ -127,7 +128,7 @@ def resolve_autocast_dtype(dtype, device: str | torch.device, purpose: str = "an
         )
         return None
     if device.type == "cpu":
-        warnings.warn(
+        warn(
             f"dtype='fp16' was asked for {purpose} on CPU, which has no fast fp16: {purpose} runs in fp32. Use "
             "dtype='auto' or 'bf16' on CPUs.",
             UserWarning,
@@ -150,9 +151,7 @@ def autocast(device: str | torch.device, dtype, purpose: str = "answering"):
     try:
         return torch.autocast(device.type, dtype=resolved)
     except RuntimeError as err:
-        warnings.warn(
-            f"{resolved} autocast is not available on {device} ({err}): {purpose} runs in fp32.", stacklevel=2
-        )
+        warn(f"{resolved} autocast is not available on {device} ({err}): {purpose} runs in fp32.", stacklevel=2)
         return contextlib.nullcontext()
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Self
 
 from .configuration_realm import RealmConfig
 from .file_utils import consistent_read
+from .logging_utils import get_logger
 from .modeling_base import prepare_local_load
 from .modeling_embedder import RealmEmbedder, RealmScorer
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def build_from_component_checkpoints(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import datasets
 from huggingface_hub.utils import are_progress_bars_disabled
 from huggingface_hub.utils import tqdm as hub_tqdm
@@ -20,16 +22,24 @@ def progress_bars_enabled() -> bool:
     - `transformers.utils.logging.disable_progress_bar()`;
     - `datasets.disable_progress_bars()` or the environment variable `HF_DATASETS_DISABLE_PROGRESS_BARS=1`;
     - `huggingface_hub.utils.disable_progress_bars()` or the environment variable `HF_HUB_DISABLE_PROGRESS_BARS=1`;
-    - `huggingface_hub.utils.disable_progress_bars("realm_hf")` (realm-hf's bars only).
+    - `huggingface_hub.utils.disable_progress_bars("realm_hf")` (realm-hf's bars only);
+    - the environment variable `TQDM_DISABLE=1` (tqdm's own switch, which realm-hf's explicit `disable=` would
+      otherwise override).
 
     realm-hf's bars (embedding a corpus, evaluating, the CLI's) are as much a part of a transformers or datasets run as
     those libraries' own bars, so whichever switch a user knows silences them all.
     """
     return (
-        transformers_logging.is_progress_bar_enabled()
+        not _tqdm_disabled()
+        and transformers_logging.is_progress_bar_enabled()
         and datasets.is_progress_bar_enabled()
         and not are_progress_bars_disabled(PROGRESS_BAR_GROUP)
     )
+
+
+def _tqdm_disabled() -> bool:
+    # tqdm reads TQDM_DISABLE only as the default of `disable`; realm-hf always passes `disable`, so it reads it here.
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def progress_bar(iterable=None, *, disable: bool = False, **kwargs) -> hub_tqdm:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .logging_utils import warn
 from .tokenization_realm import tokenizer_call
 
 
@@ -339,7 +339,7 @@ def build_beam_reader_inputs(
         )
         consistent = torch.equal(has_answers[:, :read], inputs.has_answers)
     if not consistent:
-        warnings.warn(
+        warn(
             "The token ids stored with the corpus do not match what the tokenizer makes of the retrieved blocks "
             "(was the tokenizer changed after the corpus was built?): tokenizing every question/block pair of the "
             "searcher beam instead, which is slow. Rebuild the corpus with this tokenizer.",

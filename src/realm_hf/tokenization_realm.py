@@ -102,17 +102,6 @@ class RealmTokenizer(BertTokenizer):
     torch.Size([2, 2, 10])
     ```"""
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """
-        [`~transformers.PreTrainedTokenizerBase.from_pretrained`], refusing a folder or Hub repo without the
-        vocabulary (`vocab.txt` or `tokenizer.json`): an `OSError` naming the missing file, as the transformers 4
-        tokenizer raised, instead of a tokenizer of only special tokens ([`check_vocabulary`]).
-        """
-        tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        check_vocabulary(tokenizer, pretrained_model_name_or_path)
-        return tokenizer
-
     def _encode_plus(self, *args, **kwargs) -> BatchEncoding:
         # Setting the backend's padding/truncation and encoding happen as one step (see `tokenizer_lock`), so a
         # RealmTokenizer can be called from several threads, also outside realm-hf.
@@ -125,10 +114,14 @@ class RealmTokenizer(BertTokenizer):
         [`~transformers.PreTrainedTokenizerBase.from_pretrained`], reading a local directory as one save, as the
         models do: a save into it (or into the model directory holding it) interrupted while swapping its files in is
         completed first, a save in progress is waited for, and its files must not be links leading out of it (see
-        [`realm_hf.file_utils.consistent_read`]).
+        [`realm_hf.file_utils.consistent_read`]). A folder or Hub repo without the vocabulary (`vocab.txt` or
+        `tokenizer.json`) is an `OSError` naming the missing file, as the transformers 4 tokenizer raised, instead of
+        a tokenizer of only special tokens ([`check_vocabulary`]).
         """
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        check_vocabulary(tokenizer, pretrained_model_name_or_path)
+        return tokenizer
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """

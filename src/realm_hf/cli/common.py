@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from realm_hf_cli import EXIT_ERROR, EXIT_OK  # noqa: F401 (re-exported: the statuses every command returns)
+from realm_hf_cli import EXIT_ERROR, EXIT_OK, is_hub_id  # noqa: F401 (re-exported: statuses, the Hub id rule)
 
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from ..logging_utils import get_logger
 
-logger = logging.getLogger("realm_hf.cli")
+logger = get_logger("realm_hf.cli")
 
 
 class CLIError(ValueError):
@@ -105,14 +105,6 @@ def architecture_of(config: dict) -> str:
     """The first of `config["architectures"]`, or `""`."""
     architectures = config.get("architectures") or []
     return architectures[0] if architectures else ""
-
-
-def is_hub_id(name: str) -> bool:
-    """Whether `name` reads as a Hub repo id (`owner/name` or `name`) rather than a local path."""
-    # "owner/name" or "name": no path syntax. Anything else that does not exist is a missing local path.
-    if name.startswith((".", "/", "~")) or os.sep in name.replace("/", "", 1) or name.count("/") > 1:
-        return False
-    return bool(name) and not name.endswith((".json", ".jsonl", ".csv", ".parquet"))
 
 
 def require_local_or_hub(path: str, what: str) -> None:

@@ -31,10 +31,40 @@ def load_without_retriever(model_class, path: str, **kwargs):
     return model_class.from_pretrained(path, load_retriever=False, **kwargs)
 
 
+# The REALM architectures whose embedder can fill an index ("" : a config that names none, read as an embedder).
+_EMBEDDER_ARCHITECTURES = (
+    "",
+    "RealmEmbedder",
+    "RealmScorer",
+    "RealmForOpenQA",
+    "RealmForPreTraining",
+    "RealmForInverseClozeTask",
+)
+
+
+def check_embedder_dir(path: str, what: str = "--model") -> None:
+    """
+    Refuse, from its `config.json` alone, a directory whose model cannot embed an index (another model type, such as
+    a BERT or MiniLM checkpoint, or a REALM class without an embedder): before any document is read.
+    """
+    config = config_of(path)
+    model_type = config.get("model_type")
+    if model_type not in (None, "realm"):
+        raise CLIError(
+            f"{what} {path} holds a `{model_type}` model, not a REALM one. Start a REALM model from it first, e.g. "
+            "`realm-hf train` with `init_from_bert` in the config, or `realm_hf.init_from_bert(RealmForOpenQA, "
+            f"{path!r})`, then save it and index with that directory."
+        )
+    found = architecture_of(config)
+    if found not in _EMBEDDER_ARCHITECTURES:
+        raise CLIError(f"{what} {path} holds a {found}, which has no embedder to build an index with.")
+
+
 def embedder_from_dir(path: str):
     """The embedder that fills an index, from a REALM model directory: (embedder, description)."""
     from ..modeling_realm import RealmEmbedder, RealmForOpenQA, RealmScorer  # deferred: see load_openqa
 
+    check_embedder_dir(path)
     found = architecture_of(config_of(path))
     if found == "RealmEmbedder" or not found:
         return RealmEmbedder.from_pretrained(path), "embedder"

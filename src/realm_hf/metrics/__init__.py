@@ -69,12 +69,13 @@ def _exact_match_single(prediction: str, ground_truth: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
-def _f1_single(prediction: str, ground_truth: str) -> float:
+def _f1_single(prediction: str, ground_truth: str, squad_v2: bool = False) -> float:
     pred_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(ground_truth).split()
-    if not pred_tokens or not gold_tokens:
-        # SQuAD v2: F1 is 1 when both are empty, else 0 (v1 would divide by zero here).
+    if squad_v2 and (not pred_tokens or not gold_tokens):
+        # SQuAD 2.0 (no-answer questions): F1 is 1 when both are empty, else 0.
         return float(pred_tokens == gold_tokens)
+    # SQuAD v1.1's script: no common token (which includes an empty prediction or gold) scores 0.
     common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
     num_same = sum(common.values())
     if num_same == 0:
@@ -99,28 +100,34 @@ def exact_match_score(prediction: str, ground_truths: str | Iterable[str]) -> fl
     return max(_exact_match_single(prediction, gt) for gt in _as_gold_list(ground_truths))
 
 
-def f1_score(prediction: str, ground_truths: str | Iterable[str]) -> float:
+def f1_score(prediction: str, ground_truths: str | Iterable[str], squad_v2: bool = False) -> float:
     """
     Token-level F1 between a prediction and one or several gold answers (bag of normalised tokens, as in SQuAD).
 
     Args:
         prediction (`str`): The predicted answer.
         ground_truths (`str` or `Iterable[str]`): One gold answer or several; the maximum F1 counts.
+        squad_v2 (`bool`, *optional*, defaults to `False`): How an answer that normalises to nothing scores. `False`
+            is SQuAD v1.1's official script, which REALM and ORQA report: F1 is 0 whenever prediction and gold share
+            no token, so also when both are empty (`f1_score("", [""]) == 0.0`; exact match still counts `""` equal
+            to `""`). `True` is SQuAD 2.0's rule for no-answer questions: 1.0 if both are empty, 0.0 if only one is.
 
     Returns:
-        `float`: F1 in [0, 1]. When the prediction or the gold answer normalises to nothing, F1 is 1.0 if both do
-        and 0.0 otherwise.
+        `float`: F1 in [0, 1].
     """
-    return max(_f1_single(prediction, gt) for gt in _as_gold_list(ground_truths))
+    return max(_f1_single(prediction, gt, squad_v2) for gt in _as_gold_list(ground_truths))
 
 
-def compute_qa_metrics(predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> dict:
+def compute_qa_metrics(
+    predictions: Sequence[str], references: Sequence[str | Sequence[str]], squad_v2: bool = False
+) -> dict:
     """
-    Corpus-level exact match and F1 on the SQuAD 0-100 scale.
+    Corpus-level exact match and F1 on the SQuAD 0-100 scale (SQuAD v1.1's F1 unless `squad_v2`, see [`f1_score`]).
 
     Args:
         predictions (`Sequence[str]`): One predicted answer per question.
         references (`Sequence[str | Sequence[str]]`): The gold answers of each question (a string or a list).
+        squad_v2 (`bool`, *optional*, defaults to `False`): Score empty answers by SQuAD 2.0's rule ([`f1_score`]).
 
     Returns:
         `dict`: `exact_match` and `f1` (means over questions, in percent), `exact_match_count` (questions answered
@@ -137,7 +144,7 @@ def compute_qa_metrics(predictions: Sequence[str], references: Sequence[str | Se
         raise ValueError(f"Got {len(predictions)} predictions for {len(references)} references.")
     total = len(predictions)
     em = [exact_match_score(p, r) for p, r in zip(predictions, references)]
-    f1 = [f1_score(p, r) for p, r in zip(predictions, references)]
+    f1 = [f1_score(p, r, squad_v2) for p, r in zip(predictions, references)]
     return {
         "exact_match": 100.0 * sum(em) / total if total else 0.0,
         "f1": 100.0 * sum(f1) / total if total else 0.0,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from collections.abc import Mapping
@@ -13,6 +12,7 @@ from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text
+from ..logging_utils import get_logger
 from .handwritten import merge_metadata, parse_card, restore_handwritten
 from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
 from .sections import (
@@ -27,7 +27,7 @@ from .sections import (
 )
 from .tasks import ICT, OPEN_QA, card_task
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Model id used in the usage snippet when none is known; replace it with a repo id or local path.
 USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"
@@ -39,6 +39,11 @@ DESCRIPTION_CORPUS_SAVED = (
 ICT_CORPUS = (
     "_No corpus is saved with an ICT model:_ the Inverse Cloze Task trains on text blocks, each batch's other blocks "
     "being the negatives. Its document embedder (`embedder`) builds the first index of REALM pre-training."
+)
+UNTRAINED_READER = (
+    "**Its reader was never trained** (`config.reader_trained` is `false`, as after `init_from_bert`): the span head "
+    "is randomly initialised, so the answers are arbitrary spans of the retrieved blocks and loading or answering "
+    "warns. Fine-tune it on question-answer pairs (`RealmOpenQATrainer`, `realm-hf train`) before use."
 )
 _TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
@@ -114,6 +119,10 @@ def generate_model_card(
     datasets = as_list(datasets)
     results = normalize_eval_results(eval_results, eval_dataset, datasets, kind)
 
+    config = getattr(model, "config", None)
+    if base_model is None:
+        # What `init_from_bert` recorded (a Hub id), so a model started from BERT names its base.
+        base_model = getattr(config, "base_model", None)
     if previous is not None and previous.inherited_tags:
         tags = list(tags or []) + previous.inherited_tags
     data = model_card_data(
@@ -133,6 +142,8 @@ def generate_model_card(
         description = kind.description
         if has_corpus:
             description += DESCRIPTION_ONE_REPO if kind is OPEN_QA else DESCRIPTION_CORPUS_SAVED
+    if kind is OPEN_QA and not getattr(config, "reader_trained", True):
+        description = UNTRAINED_READER + "\n\n" + description
     if kind is ICT and not has_corpus:
         corpus = ICT_CORPUS
     else:

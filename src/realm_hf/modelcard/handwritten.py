@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 
 import yaml
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
-logger = logging.getLogger(__name__)
+from ..logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 AUTO_START = "<!-- realm-hf:auto-start"
 AUTO_END = "<!-- realm-hf:auto-end -->"

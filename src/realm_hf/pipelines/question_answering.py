@@ -5,13 +5,13 @@ or, when a `context` is given, by the reader on that context alone (as the class
 
 from __future__ import annotations
 
-import logging
 import os
 import types
 
 import torch
 from transformers import Pipeline
 
+from ..logging_utils import get_logger
 from ..modeling_realm import RealmForOpenQA
 from ..openqa_answers import check_finite_reader_logits
 from ..precision import autocast, parse_dtype
@@ -26,7 +26,7 @@ from .answers import _best_spans
 from .inputs import _is_dataset, dataset_questions, is_hf_dataset
 from .options import map_classic_options
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _DEFAULT_BATCH_SIZE = 8
 _DEFAULT_MAX_QUESTION_LENGTH = 64
@@ -113,9 +113,13 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         super().__init__(model=model, tokenizer=tokenizer, **kwargs)
         if self.tokenizer is None:
             raise ValueError(
-                "No tokenizer: the model has no retriever to take one from. Pass `tokenizer=` (e.g. "
-                "`RealmTokenizer.from_pretrained(path)`)."
+                "The model has no retriever (no corpus and index attached, e.g. loaded with `load_retriever=False` or "
+                "saved without one), so the pipeline has no tokenizer to take from it and could not answer open "
+                "questions. Attach a corpus first: `model.set_retriever(RealmRetriever.from_documents(documents, "
+                "model.embedder, tokenizer))`, or load a directory saved with its `retriever/`. To answer from given "
+                "contexts only (`qa(question=..., context=...)`), pass `tokenizer=RealmTokenizer.from_pretrained(path)`."
             )
+        model.warn_if_reader_untrained()
         # Batch by default: REALM's cost is per forward (retrieval + k reader passes), so batching pays off.
         if self._batch_size is None:
             self._batch_size = _DEFAULT_BATCH_SIZE

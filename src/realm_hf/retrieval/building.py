@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..logging_utils import get_logger, warn
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
 from .encoding import _embedder_dim, embed_blocks, fingerprint_module, tokenize_block_texts
@@ -26,7 +25,7 @@ from .serialization import _resolve_pretrained_path, _try_load_tokenizer, load_r
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -435,6 +434,6 @@ def check_embedder(retriever: RealmRetriever, embedder: torch.nn.Module) -> None
             "`retriever.embed_corpus(embedder)` and save again."
         )
         # Past this function and the method: the frame the method's own warning named.
-        warnings.warn(message, stacklevel=4)
+        warn(message, stacklevel=4)
     elif stale is None:
         logger.info("No embedder fingerprint recorded for this corpus: cannot tell whether the index is stale.")

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
 
 import datasets
 import numpy as np
 
+from ..logging_utils import get_logger
 from ..sentences import sentence_spans
 from ..text_inputs import check_text
 from ..tokenization_realm import tokenizer_call
 from .corpus import TOKEN_IDS_COLUMN, check_doc_id
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Columns the retriever manages itself; any other document field is kept as block metadata.
 _RESERVED_COLUMNS = ("block_id", "doc_id", "title", "text", "char_start", "char_end", "embeddings", TOKEN_IDS_COLUMN)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import mmap
 import os
 import shutil
@@ -20,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-logger = logging.getLogger(__name__)
+from ..logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 # Arrow string arrays have 32-bit offsets (2 GB per array): build big text columns in row chunks.
 _ARROW_CHUNK_ROWS = 1 << 20
@@ -146,6 +147,38 @@ def memory_mapped(table: pa.Table, features: datasets.Features | None = None) ->
     # `MemoryMappedTable` records the path: `cache_files`, pickling and `save_to_disk` treat it as a file-backed table.
     return datasets.Dataset(
         datasets.table.MemoryMappedTable(mapped, path), info=datasets.DatasetInfo(features=features)
+    )
+
+
+def caching_outside(dataset: datasets.Dataset, directory: str) -> datasets.Dataset:
+    """
+    `dataset`, loaded with `load_from_disk` from `directory` (a saved corpus), seen through links to its Arrow files
+    in the scratch directory, so that datasets' `map`/`filter` write their `cache-*.arrow` files there, not into the
+    saved folder: datasets caches next to a dataset's first file, which left the folder dirty (the next load refused
+    the files the manifest does not list) or failed on a read-only folder (a Hub cache, a shared mount). The data stays
+    memory-mapped from the saved files; the links go with the scratch directory at exit. Where links cannot be made,
+    `dataset` is returned as it is.
+    """
+    from datasets.table import ConcatenationTable, MemoryMappedTable
+
+    directory = os.path.realpath(directory)
+
+    def relinked(table):
+        if isinstance(table, MemoryMappedTable) and os.path.dirname(os.path.realpath(table.path)) == directory:
+            link = os.path.join(_scratch_dir(), f"saved-{uuid.uuid4().hex}-{os.path.basename(table.path)}")
+            os.symlink(os.path.realpath(table.path), link)
+            return MemoryMappedTable(table.table, link, table.replays)
+        if isinstance(table, ConcatenationTable):
+            return ConcatenationTable(table.table, [[relinked(block) for block in row] for row in table.blocks])
+        return table
+
+    try:
+        data = relinked(dataset._data)
+    except (OSError, NotImplementedError) as err:  # no symbolic links here (e.g. Windows without the privilege)
+        logger.debug("Corpus files not linked outside %s (%s): datasets' cache files go there.", directory, err)
+        return dataset
+    return datasets.Dataset(
+        data, info=dataset.info, split=dataset.split, indices_table=dataset._indices, fingerprint=dataset._fingerprint
     )
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from ..logging_utils import get_logger
 from ..precision import autocast
 from ..progress import progress_bar
 from ..tokenization_realm import tokenizer_call
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def fingerprint_module(module: torch.nn.Module, length: int = 16) -> str:

@@ -6,7 +6,6 @@ All indexes are maximum-inner-product indexes (`faiss.METRIC_INNER_PRODUCT`), th
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -14,7 +13,9 @@ from collections.abc import Callable, Iterator
 import faiss
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from ..logging_utils import get_logger
+
+logger = get_logger(__name__)
 
 # Search-time parameters that can be set per call and are restored afterwards.
 SEARCH_PARAMS = ("nprobe", "efSearch", "quantizer_efSearch")
@@ -83,6 +84,10 @@ def adjust_factory_for_size(factory: str, num_vectors: int) -> str:
     if num_vectors >= nlist * MIN_POINTS_PER_CENTROID:
         return factory
     new_nlist = max(1, num_vectors // MIN_POINTS_PER_CENTROID)
+    if new_nlist == nlist:
+        # Already as few lists as there can be (one): nothing to change, so nothing to say (this runs again on the
+        # factory it returned, where a warning "using 'IVF1,Flat' instead of 'IVF1,Flat'" contradicted itself).
+        return factory
     adjusted = factory[: match.start(1)] + str(new_nlist) + factory[match.end(1) :]
     logger.warning(
         "Index %r has %d inverted lists but only %d vectors to train them (k-means needs >= %d per list): using %r "

@@ -6,15 +6,21 @@ the tokenizer's config, and the model weights saved with it.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 
 from ..auto_map import tokenizer_auto_map
 from ..constants import CORPUS_DIR, FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, SHARDED_MANIFEST_NAME
-from ..file_utils import check_inside, check_relative_name, consistent_read, file_sha256, save_in_progress
+from ..file_utils import (
+    check_inside,
+    check_relative_name,
+    consistent_read,
+    file_sha256,
+    save_in_progress,
+)
+from ..logging_utils import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _REBUILD_HINT = (
     "Rebuild the retriever with `RealmRetriever.from_documents(...)` (or `realm-hf index`) and save it again with "

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
 import torch
 
+from ..logging_utils import get_logger, warn
 from .building import split_and_embed, with_token_ids
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array
 from .encoding import fingerprint_module
@@ -18,7 +17,7 @@ from .index import add_embeddings, build_index, supports_remove
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def add_documents(
@@ -35,7 +34,7 @@ def add_documents(
         raise ValueError("This retriever has no tokenizer to split documents with: set `retriever.tokenizer`.")
     fingerprint = fingerprint_module(embedder)
     if retriever.embedder_fingerprint is not None and fingerprint != retriever.embedder_fingerprint:
-        warnings.warn(
+        warn(
             "Adding documents embedded by a different embedder than the one that built this corpus: their scores "
             "are not comparable. Re-embed the whole corpus with `retriever.embed_corpus(embedder)`.",
             stacklevel=3,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,6 +9,7 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
+from ..logging_utils import get_logger
 from ..text_inputs import check_positive_int
 from .corpus import as_id_array, pad_token_ids
 from .encoding import tokenize_block_texts
@@ -18,7 +18,7 @@ from .index import get_search_param, is_exact, normalize_search_params
 if TYPE_CHECKING:
     from .retriever import RealmRetriever
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @dataclass

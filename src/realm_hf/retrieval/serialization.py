@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import math
 import os
 import re
@@ -19,7 +18,8 @@ import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, TOKENIZER_DIR
 from ..file_utils import consistent_read, staged_save
-from .corpus import BlockCorpus, _check_corpus_columns
+from ..logging_utils import get_logger
+from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
 from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
 from .integrity import (  # noqa: F401 - some only re-exported: they were importable from here
     _PATH_FIELDS,
@@ -42,7 +42,7 @@ from .integrity import (  # noqa: F401 - some only re-exported: they were import
     stale_weight_files,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _realm_hf_version() -> str:
@@ -129,6 +129,8 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
         if os.path.isfile(state_path):
             # load_from_disk memory-maps the Arrow files unless keep_in_memory=True.
             corpus = datasets.load_from_disk(corpus_dir, keep_in_memory=not mmap)
+            # `map`/`filter` on the loaded corpus must not write datasets' cache files into the saved folder.
+            corpus = caching_outside(corpus, corpus_dir) if mmap else corpus
         elif parquet:
             corpus = datasets.Dataset.from_parquet(
                 [os.path.join(corpus_dir, f) for f in parquet], keep_in_memory=not mmap

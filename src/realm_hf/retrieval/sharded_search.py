@@ -6,12 +6,12 @@ merged exactly, and the retrieved blocks' data sent from the processes that hold
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ..logging_utils import get_logger
 from ..text_inputs import check_positive_int
 from . import searching
 from .collectives import ShardedCollectiveError, describe
@@ -23,7 +23,7 @@ from .searching import RealmSearchOutput
 if TYPE_CHECKING:
     from .sharding import ShardedRealmRetriever
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def sharded_search(

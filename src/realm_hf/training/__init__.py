@@ -7,7 +7,7 @@ from .callbacks import RealmReindexCallback
 from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
 from .model_card import RealmModelCardMixin
-from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
+from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
 from .optimization import freeze_lower_layers, two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
 
@@ -23,5 +23,6 @@ __all__ = [
     "RealmReindexCallback",
     "evaluate_openqa",
     "freeze_lower_layers",
+    "mark_reader_trained",
     "two_rate_adamw",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,8 +15,9 @@ from transformers import TrainerCallback
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write
+from ..logging_utils import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 REINDEX_STATE_NAME = "reindex_state.json"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 from dataclasses import dataclass
@@ -14,12 +13,13 @@ from transformers import Trainer
 from transformers.utils import ModelOutput
 
 from ..configuration_realm import RealmConfig
+from ..logging_utils import get_logger
 from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
 from ..sentences import split_sentences
 from ..tokenization_realm import tokenizer_call
 from .model_card import RealmModelCardMixin
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class DataCollatorForInverseClozeTask:

@@ -8,7 +8,6 @@ salient span masks against 32.3 with random wordpiece masks and 35.3 with random
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from ..logging_utils import warn
 from ..tokenization_realm import tokenizer_call
 
 __all__ = ["DataCollatorForSalientSpanMasking", "find_dates_and_numbers"]
@@ -401,7 +401,7 @@ class DataCollatorForSalientSpanMasking:
             if not candidates:
                 self.num_fallbacks += 1
                 if not self._warned:
-                    warnings.warn(
+                    warn(
                         "An example has no salient span (no given span, date, number or entity): masking random "
                         "whole words instead. Further fallbacks are counted in `collator.num_fallbacks` without a "
                         "warning.",

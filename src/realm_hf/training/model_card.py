@@ -11,6 +11,13 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..file_utils import atomic_write_text
+
+#: The training arguments a realm-hf Trainer saves beside the model, as JSON: what transformers' Trainer pickles into
+#: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
+TRAINING_ARGS_JSON = "training_args.json"
+_PICKLED_TRAINING_ARGS = "training_args.bin"
+
 
 class RealmModelCardMixin:
     """
@@ -19,6 +26,20 @@ class RealmModelCardMixin:
     A Trainer using it may override [`~RealmModelCardMixin.model_card_setup`] to list its recipe (masking, negatives,
     ...) with the training settings.
     """
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        # As the Trainer's, but the arguments go to `training_args.json` (`TrainingArguments.to_json_string`) in place
+        # of the pickled `training_args.bin`: nothing a user downloads (`push_to_hub` uploads this folder) is pickle.
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            save_training_args_json(self.args, output_dir if output_dir is not None else self.args.output_dir)
+
+    def push_to_hub(self, *args, **kwargs):
+        """As [`~transformers.Trainer.push_to_hub`], without huggingface_hub's warning for each corpus file."""
+        from ..hub import expected_data_files  # local import: hub code is needed only when pushing
+
+        with expected_data_files():
+            return super().push_to_hub(*args, **kwargs)
 
     def model_card_setup(self) -> dict[str, Any] | None:
         """The recipe of this Trainer as `{label: value}` rows of the card's Training section, or `None`."""
@@ -87,6 +108,17 @@ class RealmModelCardMixin:
         )
 
 
+def save_training_args_json(args, output_dir: str) -> str:
+    """Write `args` (`TrainingArguments`) as `training_args.json` in `output_dir` (atomically) and remove a pickled
+    `training_args.bin` there; returns the JSON file's path."""
+    path = os.path.join(output_dir, TRAINING_ARGS_JSON)
+    atomic_write_text(path, args.to_json_string())
+    pickled = os.path.join(output_dir, _PICKLED_TRAINING_ARGS)
+    if os.path.isfile(pickled):
+        os.remove(pickled)
+    return path
+
+
 def last_evaluation(log_history: Sequence[dict]) -> dict[str, float] | None:
     """The metrics (`eval_...` keys) of the last evaluation in a Trainer's `state.log_history`, or `None`."""
     for entry in reversed(log_history):
@@ -141,4 +173,12 @@ def data_columns(dataset) -> set[str]:
     return set(first) if isinstance(first, dict) else set()
 
 
-__all__ = ["RealmModelCardMixin", "data_columns", "hub_base_model", "last_evaluation", "training_results"]
+__all__ = [
+    "TRAINING_ARGS_JSON",
+    "RealmModelCardMixin",
+    "save_training_args_json",
+    "data_columns",
+    "hub_base_model",
+    "last_evaluation",
+    "training_results",
+]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
+from ..logging_utils import get_logger
 from ..progress import progress_bar
 from ..text_inputs import (
     more_problems,
@@ -21,7 +21,7 @@ from ..text_inputs import (
 from ..tokenization_realm import tokenizer_call
 from .model_card import RealmModelCardMixin
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -215,13 +215,38 @@ def evaluate_openqa(
     return metrics
 
 
+def mark_reader_trained(model) -> bool:
+    """
+    Record in the config of `model` (a [`RealmForOpenQA`], possibly inside DDP / Accelerate / PEFT wrappers) that its
+    reader has been trained, when any reader parameter is trainable (`requires_grad`); returns whether it did. Call
+    it after an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
+    """
+    from .callbacks import unwrap_realm_model
+
+    model = unwrap_realm_model(model)
+    reader = getattr(model, "reader", None)
+    if reader is None or not any(parameter.requires_grad for parameter in reader.parameters()):
+        return False
+    model.config.reader_trained = True
+    return True
+
+
+class _MarkReaderTrainedCallback(TrainerCallback):
+    """Sets `config.reader_trained` at the first optimizer step, so that every checkpoint saved after it says so."""
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if model is not None and not getattr(getattr(model, "config", None), "reader_trained", False):
+            mark_reader_trained(model)
+
+
 class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
     """
     [`~transformers.Trainer`] for Open-QA fine-tuning of [`RealmForOpenQA`].
 
     Differences from the stock Trainer: the `question`/`answers` columns are kept for the collator (retrieval runs
     inside the forward pass on raw questions), and `evaluate()` answers the evaluation questions end to end and logs
-    `eval_exact_match`, `eval_f1` and `eval_recall@k`; `create_model_card()` (hence `push_to_hub()`) writes
+    `eval_exact_match`, `eval_f1` and `eval_recall@k`; its first optimizer step sets `config.reader_trained` (when
+    the reader trains, see [`mark_reader_trained`]); `create_model_card()` (hence `push_to_hub()`) writes
     realm-hf's Open-QA card with them ([`RealmModelCardMixin`]).
 
     Args:
@@ -240,6 +265,8 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
             )
         super().__init__(*args, **kwargs)
         self.recall_ks = tuple(recall_ks)
+        # An optimizer step updates the reader: `config.reader_trained` (False after `init_from_bert`) becomes True.
+        self.add_callback(_MarkReaderTrainedCallback())
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
         from .callbacks import place_reindex_callbacks_first
 
@@ -276,4 +303,10 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         return metrics
 
 
-__all__ = ["DataCollatorForOpenQA", "RealmOpenQATrainer", "check_training_questions", "evaluate_openqa"]
+__all__ = [
+    "DataCollatorForOpenQA",
+    "RealmOpenQATrainer",
+    "check_training_questions",
+    "evaluate_openqa",
+    "mark_reader_trained",
+]

@@ -6,7 +6,7 @@ import os
 
 from ...constants import RETRIEVER_SUBFOLDER
 from ..common import EXIT_OK, CLIError, State, architecture_of, config_of, default_device, info, load_tokenizer
-from ..models import embedder_from_dir
+from ..models import check_embedder_dir, embedder_from_dir
 from ..outputs import atomic_output_dir, check_output_dir
 from ..readers import load_documents
 
@@ -23,6 +23,8 @@ def run(args) -> int:
     for path, what in ((model_dir, "Model directory"), (embedder_dir, "Embedder directory")):
         if not os.path.isdir(path):
             raise CLIError(f"{what} {path!r} does not exist.")
+    # The model is checked from its config before any document is read (reading can take minutes).
+    check_embedder_dir(embedder_dir, "--document-embedder" if args.document_embedder else "--model")
     if args.output:
         check_output_dir(os.path.abspath(args.output), args.overwrite)
     attach_dir = None

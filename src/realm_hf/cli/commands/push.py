@@ -70,14 +70,15 @@ def run(args) -> int:
         ).repo_id
         if args.revision:
             hub_call(f"create branch {args.revision}", api.create_branch, repo_id, branch=args.revision, exist_ok=True)
-        pushed = hub_call(
-            f"upload to {repo_id}",
-            api.upload_folder,
-            repo_id=repo_id,
-            folder_path=args.model_dir,
-            revision=args.revision,
-            commit_message=args.commit_message or f"Upload {architecture or 'REALM model'}",
-        )
+        with hub.expected_data_files():  # a model directory holds its corpus files on purpose
+            pushed = hub_call(
+                f"upload to {repo_id}",
+                api.upload_folder,
+                repo_id=repo_id,
+                folder_path=args.model_dir,
+                revision=args.revision,
+                commit_message=args.commit_message or f"Upload {architecture or 'REALM model'}",
+            )
     url = getattr(pushed, "commit_url", None) or getattr(pushed, "repo_url", None) or args.repo_id
     info(f"Pushed {args.model_dir} to {url}.")
     return EXIT_OK

@@ -36,13 +36,16 @@ _CITATION = """\
 _DESCRIPTION = """\
 Open-domain question answering metrics as reported by REALM and ORQA: exact match (EM) and token-level F1 of a
 predicted answer string against one or several gold answers, after SQuAD normalisation (lowercase, no punctuation,
-no articles, collapsed whitespace). Each question scores its best match over its gold answers.
+no articles, collapsed whitespace). Each question scores its best match over its gold answers. F1 follows SQuAD
+v1.1's official script, which REALM reported: an empty prediction or gold answer shares no token and scores 0 (also
+when both are empty); `squad_v2=True` scores them by SQuAD 2.0's no-answer rule instead (1 when both are empty).
 """
 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list[str]`): one predicted answer per question.
     references (`list[list[str]]` or `list[str]`): the gold answers of each question.
+    squad_v2 (`bool`, *optional*, defaults to `False`): SQuAD 2.0's F1 for empty answers (1 when both are empty).
 Returns:
     exact_match (`float`): percentage of questions answered exactly (0-100).
     f1 (`float`): mean token-level F1 (0-100).
@@ -82,5 +85,5 @@ class RealmQa(evaluate.Metric):
             reference_urls=["https://arxiv.org/abs/2002.08909", "https://rajpurkar.github.io/SQuAD-explorer/"],
         )
 
-    def _compute(self, predictions, references):
-        return compute_qa_metrics(predictions, references)
+    def _compute(self, predictions, references, squad_v2=False):
+        return compute_qa_metrics(predictions, references, squad_v2=squad_v2)
