@@ -5,7 +5,11 @@ Imports neither faiss nor datasets, so model code can read a legacy checkpoint's
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import sys
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -43,6 +47,92 @@ def load_legacy_block_emb(legacy_dir: str) -> torch.Tensor | None:
     return None
 
 
+class LegacyBlockEmb:
+    """
+    A legacy checkpoint's `block_emb`, read without holding the matrix in RAM: rows in chunks ([`chunks`]) or by
+    index ([`take`]), as float32 copies. A `model.safetensors` is read slice by slice; a `pytorch_model.bin` is
+    memory-mapped and the pages read are handed back to the OS once copied, so the process's resident memory does not
+    grow with the 6.8 GB matrix (the pages stay in the page cache).
+    """
+
+    def __init__(self, legacy_dir: str):
+        self._safetensors = os.path.join(legacy_dir, "model.safetensors")
+        self._mapped = None
+        if os.path.isfile(self._safetensors):
+            from safetensors import safe_open
+
+            with safe_open(self._safetensors, framework="pt") as f:
+                if LEGACY_BLOCK_EMB_KEY in f.keys():
+                    self.shape = tuple(f.get_slice(LEGACY_BLOCK_EMB_KEY).get_shape())
+                    return
+        bin_file = os.path.join(legacy_dir, "pytorch_model.bin")
+        if os.path.isfile(bin_file):
+            state_dict = torch.load(bin_file, map_location="cpu", weights_only=True, mmap=True)
+            self._mapped = state_dict.get(LEGACY_BLOCK_EMB_KEY)
+        if self._mapped is None:
+            raise OSError(
+                f"No `{LEGACY_BLOCK_EMB_KEY}` tensor found in {legacy_dir} (model.safetensors or pytorch_model.bin)."
+            )
+        self.shape = tuple(self._mapped.shape)
+
+    def chunks(self, chunk_rows: int) -> Iterator[np.ndarray]:
+        """The rows in order, `chunk_rows` at a time."""
+        if self._mapped is None:
+            from safetensors import safe_open
+
+            with safe_open(self._safetensors, framework="pt") as f:
+                rows = f.get_slice(LEGACY_BLOCK_EMB_KEY)
+                for start in range(0, self.shape[0], chunk_rows):
+                    yield rows[start : start + chunk_rows].float().numpy()
+            return
+        for start in range(0, self.shape[0], chunk_rows):
+            rows = self._mapped[start : start + chunk_rows]
+            yield self._copy(rows)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The rows at sorted indices `rows` (a training sample)."""
+        if self._mapped is None:
+            parts, chunk_rows = [], 1 << 16
+            for start, chunk in zip(range(0, self.shape[0], chunk_rows), self.chunks(chunk_rows)):
+                inside = rows[(rows >= start) & (rows < start + len(chunk))]
+                parts.append(chunk[inside - start])
+            return np.concatenate(parts)
+        sample = self._mapped[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
+        _drop_mapped_pages(self._mapped)
+        return sample.float().numpy()
+
+    @staticmethod
+    def _copy(rows: torch.Tensor) -> np.ndarray:
+        chunk = rows.float().numpy() if rows.dtype != torch.float32 else rows.numpy().copy()
+        _drop_mapped_pages(rows)
+        return chunk
+
+
+def _drop_mapped_pages(rows: torch.Tensor) -> None:
+    # Only for tensors of a file memory-mapped by `torch.load(mmap=True)` and never written: MADV_DONTNEED on such
+    # pages just unmaps them (a later read pages them in from the file again); on anonymous memory it would lose data.
+    if not sys.platform.startswith("linux") or rows.numel() == 0:
+        return
+    start = rows.data_ptr()
+    end = start + rows.numel() * rows.element_size()
+    first = start - start % mmap.PAGESIZE
+    last = end - end % mmap.PAGESIZE
+    if last > first:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), 4)  # 4: MADV_DONTNEED
+
+
+def check_pickle_opt_in(records_path: str, allow_pickle: bool) -> None:
+    """Refuse to read a pickled `block_records.npy` unless the caller opted in ([`pickle_allowed`])."""
+    if not pickle_allowed(allow_pickle):
+        raise ValueError(
+            f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
+            "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
+            f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
+            "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
+        )
+
+
 def _decode_legacy_records(records: np.ndarray) -> list[str]:
     texts = []
     for start in range(0, len(records), _DECODE_CHUNK_ROWS):
@@ -61,13 +151,7 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
     records_path = os.path.join(legacy_dir, LEGACY_BLOCK_RECORDS)
     if not os.path.isfile(records_path):
         raise OSError(f"{legacy_dir} has no {LEGACY_BLOCK_RECORDS}: not a legacy RealmForOpenQA checkpoint directory.")
-    if not pickle_allowed(allow_pickle):
-        raise ValueError(
-            f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
-            "arbitrary code if the file is malicious. If you trust this checkpoint, pass `allow_pickle=True` (or "
-            f"set {ALLOW_PICKLE_ENV}=1) once to convert it with `convert_legacy_checkpoint(legacy_dir, "
-            "output_dir, allow_pickle=True)`, then use the pickle-free converted retriever."
-        )
+    check_pickle_opt_in(records_path, allow_pickle)
     if block_emb is None:
         block_emb = load_legacy_block_emb(legacy_dir)
         if block_emb is None:

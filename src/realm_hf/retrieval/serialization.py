@@ -269,21 +269,69 @@ def _restore_block_ids(index, corpus: BlockCorpus, manifest: dict, index_path: s
 
 def build_manifest(retriever) -> dict:
     """The manifest of `retriever` as `save_pretrained` writes it (without the file entries and sizes)."""
+    return manifest_fields(
+        index_type=retriever.index_type,
+        embedding_dim=retriever.embedding_dim,
+        num_blocks=retriever.num_blocks,
+        next_block_id=retriever.next_block_id,
+        max_block_length=retriever.max_block_length,
+        embedder_fingerprint=retriever.embedder_fingerprint,
+        columns=retriever.corpus.column_names,
+    )
+
+
+def manifest_fields(
+    index_type: str,
+    embedding_dim: int,
+    num_blocks: int,
+    next_block_id: int,
+    max_block_length: int | None,
+    embedder_fingerprint: str | None,
+    columns: list[str],
+) -> dict:
+    """A retriever manifest's description of the corpus and index (without the file entries and sizes)."""
     return {
         "format_version": FORMAT_VERSION,
         "library": "realm-hf",
         "realm_hf_version": _realm_hf_version(),
         "faiss_version": getattr(faiss, "__version__", "unknown"),
-        "index_type": retriever.index_type,
+        "index_type": index_type,
         "metric": "inner_product",
-        "embedding_dim": retriever.embedding_dim,
-        "num_blocks": retriever.num_blocks,
-        "next_block_id": retriever.next_block_id,
-        "max_block_length": retriever.max_block_length,
-        "embedder_fingerprint": retriever.embedder_fingerprint,
-        "columns": retriever.corpus.column_names,
+        "embedding_dim": embedding_dim,
+        "num_blocks": num_blocks,
+        "next_block_id": next_block_id,
+        "max_block_length": max_block_length,
+        "embedder_fingerprint": embedder_fingerprint,
+        "columns": list(columns),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def write_manifest(
+    directory: str, manifest: dict, corpus_format: str, index_labels: str, tokenizer, model_files: dict | None = None
+) -> None:
+    """
+    Complete `manifest` with the layout of `directory` (corpus, index, tokenizer) and the size and sha256 of every
+    file in it, and write it there: the last file of a retriever directory.
+    """
+    index_path = os.path.join(directory, INDEX_NAME)
+    manifest = dict(manifest)
+    manifest.update(
+        corpus_format=corpus_format,
+        corpus_dir=CORPUS_DIR,
+        index_file=INDEX_NAME,
+        index_file_size=os.path.getsize(index_path),
+        index_labels=index_labels,
+        tokenizer_dir=TOKENIZER_DIR if tokenizer is not None else None,
+        tokenizer_vocab_size=len(tokenizer) if tokenizer is not None else None,
+        files=_record_files(directory),
+    )
+    if model_files:
+        manifest["model_files"] = model_files
+    with open(os.path.join(directory, MANIFEST_NAME), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return manifest
 
 
 def write_retriever(
@@ -309,22 +357,7 @@ def write_retriever(
         if retriever.tokenizer is not None:
             retriever.tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
         manifest = build_manifest(retriever)
-    manifest.update(
-        corpus_format=corpus_format,
-        corpus_dir=CORPUS_DIR,
-        index_file=INDEX_NAME,
-        index_file_size=os.path.getsize(index_path),
-        index_labels=index_labels,
-        tokenizer_dir=TOKENIZER_DIR if retriever.tokenizer is not None else None,
-        tokenizer_vocab_size=len(retriever.tokenizer) if retriever.tokenizer is not None else None,
-        files=_record_files(directory),
-    )
-    if model_files:
-        manifest["model_files"] = model_files
-    with open(os.path.join(directory, MANIFEST_NAME), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.write("\n")
-    return manifest
+    return write_manifest(directory, manifest, corpus_format, index_labels, retriever.tokenizer, model_files)
 
 
 def record_num_blocks(config, model_dir: str, num_blocks: int) -> None:

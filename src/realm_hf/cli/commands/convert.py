@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 
-from ...constants import RETRIEVER_SUBFOLDER
+from ...constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..common import (
     EXIT_OK,
     CLIError,
@@ -69,18 +70,28 @@ def run(args) -> int:
     with atomic_output_dir(output, overwrite=args.overwrite) as tmp:
         if architecture == "RealmForOpenQA" or has_records:
             from ...modeling_realm import RealmForOpenQA
-            from ...retrieval_realm import RealmRetriever
 
-            retriever = None
             if has_records:
-                # The conversion proper: pickled block texts + the `block_emb` buffer -> Arrow corpus + FAISS index.
-                retriever = RealmRetriever.from_legacy(
-                    source, tokenizer=tokenizer, allow_pickle=True, index=args.index
+                # The conversion proper, streamed: pickled block texts + the `block_emb` buffer -> Arrow corpus + FAISS
+                # index, written chunk by chunk (13.35M blocks in bounded memory: bench/convert.py).
+                from ...retrieval.conversion import write_legacy_retriever
+
+                info(f"Converting the corpus and its {args.index} index ...")
+                write_legacy_retriever(
+                    source,
+                    os.path.join(tmp, RETRIEVER_SUBFOLDER),
+                    allow_pickle=True,
+                    index=args.index,
+                    tokenizer=tokenizer,
+                    corpus_format=args.corpus_format,
                 )
+                model = load_without_retriever(RealmForOpenQA, source)
+                model.config.num_block_records = _saved_manifest(tmp)["num_blocks"]
             elif os.path.isdir(os.path.join(source, RETRIEVER_SUBFOLDER)):
                 # Already in this format (e.g. re-saving as safetensors): keep its corpus.
+                from ...retrieval_realm import RealmRetriever
+
                 retriever = RealmRetriever.from_pretrained(os.path.join(source, RETRIEVER_SUBFOLDER))
-            if retriever is not None:
                 model = RealmForOpenQA.from_pretrained(source, retriever=retriever)
             else:
                 model = load_without_retriever(RealmForOpenQA, source)
@@ -90,9 +101,13 @@ def run(args) -> int:
                 )
             info(f"Loaded {source}; writing safetensors weights ...")
             model.save_pretrained(tmp, save_retriever=False)
-            if retriever is not None:
-                info(f"Writing the corpus ({len(retriever)} blocks) and its {args.index} index ...")
-                retriever.save_pretrained(os.path.join(tmp, RETRIEVER_SUBFOLDER), corpus_format=args.corpus_format)
+            if model.retriever is not None:
+                info(
+                    f"Writing the corpus ({len(model.retriever)} blocks) and its {model.retriever.index_type} index ..."
+                )
+                model.retriever.save_pretrained(
+                    os.path.join(tmp, RETRIEVER_SUBFOLDER), corpus_format=args.corpus_format
+                )
         else:
             if not architecture:
                 raise CLIError(f"{source}/config.json names no architecture: cannot tell which REALM model it is.")
@@ -105,6 +120,14 @@ def run(args) -> int:
     return EXIT_OK
 
 
+def _saved_manifest(directory: str) -> dict | None:
+    path = os.path.join(directory, RETRIEVER_SUBFOLDER, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def _write_conversion_card(directory: str, model, source: str) -> None:
     if type(model).__name__ != "RealmForOpenQA":
         return
@@ -114,6 +137,8 @@ def _write_conversion_card(directory: str, model, source: str) -> None:
         write_model_card(
             directory,
             model=model,
+            # The streamed conversion attaches no retriever to the model: the card reads the corpus facts from disk.
+            retriever_manifest=_saved_manifest(directory),
             base_model=source if is_hub_id(source) and not os.path.isdir(source) else None,
             description=f"REALM Open-QA model converted from the legacy checkpoint `{source}` with `realm-hf convert`.",
         )
