@@ -188,6 +188,22 @@ def _state_view(records):
     return [(r["answer"], round(r["score"], 4), r["block"]["title"], r["block"]["text"]) for r in records]
 
 
+def test_serve_help_imports_nothing_heavy():
+    # As for every command (tests/test_cli.py): `--help` answers before torch, realm_hf or gradio is imported.
+    probe = (
+        "import contextlib, io, sys\n"
+        "from realm_hf_cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    status = main(['serve', '--help'])\n"
+        "heavy = [m for m in ('realm_hf', 'torch', 'transformers', 'gradio') if m in sys.modules]\n"
+        "print(status, heavy, 'examples:' in out.getvalue(), '--write-token' in out.getvalue())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(ARTIFACTS), "src"))
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert result.stdout.split("\n")[0] == "0 [] True True", result.stderr
+
+
 def test_serve_without_gradio_names_the_extra(tmp_path, monkeypatch, capsys):
     from realm_hf.cli import main
 
