@@ -91,6 +91,15 @@ strings, one string, a JSON list or SQuAD's {"text": [...]}.""",
 Legacy RealmForOpenQA checkpoints keep their block texts in a pickled block_records.npy; unpickling can run
 arbitrary code, so it needs --allow-pickle (for files you trust). The output holds no pickle: safetensors
 weights, the tokenizer, and retriever/ (Arrow corpus, FAISS index, manifest).""",
+    "serve": """examples:
+  realm-hf serve my-realm-model
+  realm-hf serve me/realm-foldoc --port 8080 --top-k 5
+  REALM_HF_SERVE_WRITE_TOKEN=... realm-hf serve my-realm-model   # allows adding and removing documents
+
+Opens a Gradio page (http://127.0.0.1:7860 by default) and the same answers through Gradio's API
+(`gradio_client.Client(url).predict("who wrote unix?", 3, api_name="/answer")`), in the schema of
+`realm-hf ask --json`. Needs `pip install 'realm-hf[serve]'`. Documents added or removed through the server change
+the corpus in memory only. See docs/serving.md.""",
     "push": """examples:
   realm-hf push my-realm-model --repo-id me/realm-foldoc
   realm-hf push my-realm-model --repo-id me/realm-foldoc --corpus-repo-id me/foldoc-corpus --private""",
@@ -239,6 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--revision", help="Hub revision when SOURCE is a repo id")
     p.set_defaults(command="convert")
+
+    # serve
+    p = add("serve", "Serve a REALM model: a web page and an API that answer questions with their source (Gradio).")
+    p.add_argument("model", metavar="MODEL_DIR_OR_REPO", help="RealmForOpenQA directory (with retriever/) or Hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--top-k", type=int, default=3, help="answers per question the page starts with (default: 3)")
+    p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
+    p.add_argument(
+        "--write-token",
+        help="token that allows adding and removing documents (default: $REALM_HF_SERVE_WRITE_TOKEN; "
+        "none: writes are refused). Prefer the environment variable: arguments are visible to other users",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="questions answered at the same time (default: 4)")
+    p.add_argument("--title", default="REALM question answering", help="the page's title")
+    p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument("--allow-pickle", action="store_true", help="allow a legacy block_records.npy (trusted files only)")
+    p.set_defaults(command="serve")
 
     # push
     p = add("push", "Push a model directory (weights, tokenizer, retriever/, model card) to the Hugging Face Hub.")

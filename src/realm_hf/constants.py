@@ -25,6 +25,9 @@ AUTO_MODULE_FILE = "realm_hf_auto.py"
 # Setting it to 1/true/yes allows unpickling legacy block_records.npy files.
 ALLOW_PICKLE_ENV = "REALM_HF_ALLOW_PICKLE"
 
+# The token that allows adding and removing documents on a `realm-hf serve` server (else `--write-token`).
+SERVE_WRITE_TOKEN_ENV = "REALM_HF_SERVE_WRITE_TOKEN"
+
 __all__ = [
     "ALLOW_PICKLE_ENV",
     "AUTO_MODULE_FILE",
@@ -35,6 +38,7 @@ __all__ = [
     "LEGACY_BLOCK_RECORDS",
     "MANIFEST_NAME",
     "RETRIEVER_SUBFOLDER",
+    "SERVE_WRITE_TOKEN_ENV",
     "SHARDED_MANIFEST_NAME",
     "SHARD_FOLDER_FORMAT",
     "TOKENIZER_DIR",
