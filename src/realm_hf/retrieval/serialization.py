@@ -309,7 +309,7 @@ def manifest_fields(
 
 def write_manifest(
     directory: str, manifest: dict, corpus_format: str, index_labels: str, tokenizer, model_files: dict | None = None
-) -> None:
+) -> dict:
     """
     Complete `manifest` with the layout of `directory` (corpus, index, tokenizer) and the size and sha256 of every
     file in it, and write it there: the last file of a retriever directory.
