@@ -242,7 +242,7 @@ def test_retriever_warmup_trains_only_the_question_embedder(tmp_path):
     before = loss()
     reader = {k: v.clone() for k, v in model.reader.state_dict().items()}
     documents = {k: v.clone() for k, v in model.document_embedder.state_dict().items()}
-    retriever_warmup_trainer(model, arguments(tmp_path, steps=15, lr=1e-2), questions).train()
+    retriever_warmup_trainer(model, arguments(tmp_path, steps=15, lr=1e-3), questions).train()
     assert loss() < before
     for key, value in model.reader.state_dict().items():
         assert torch.equal(value, reader[key]), key

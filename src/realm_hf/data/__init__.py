@@ -1,4 +1,4 @@
-"""Corpora and question sets: FOLDOC parsing, the shipped FOLDOC extract, and link questions."""
+"""Corpora and question sets: Wikipedia's Vital Articles and their questions, FOLDOC parsing, the shipped FOLDOC extract, and link questions."""
 
 from .foldoc import (
     load_foldoc,
@@ -9,9 +9,13 @@ from .foldoc import (
     split_questions,
     split_sentences,
 )
+from .wikipedia import load_handwritten_questions, load_vital_articles, make_wikipedia_qa_task
 
 __all__ = [
     "load_foldoc",
+    "load_handwritten_questions",
+    "load_vital_articles",
+    "make_wikipedia_qa_task",
     "make_link_questions",
     "parse_foldoc",
     "parse_foldoc_entry",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
-from ..training.masking import find_dates_and_numbers
+from ..training.masking import salient_spans
 
 __all__ = [
     "ATTRIBUTION",
@@ -50,13 +50,6 @@ ATTRIBUTION = (
 HANDWRITTEN_PATH = str(Path(__file__).with_name("vital_articles_questions.jsonl"))
 BLANK = "___"
 
-# A capitalised word (letters, digits, apostrophes, inner hyphens/periods as in "St." or "Jean-Paul").
-_CAP_WORD = r"[A-Z][\w'’.-]*\w|[A-Z]"
-# A name: capitalised words, possibly joined by "of", "de", "the", ... ("Museum of Modern Art", "Leonardo da Vinci").
-_NAME = re.compile(
-    rf"(?<![\w'’-])(?:{_CAP_WORD})(?:\s+(?:(?:of|de|da|del|der|di|du|la|le|van|von|the|bin|ibn|al)\s+)?(?:{_CAP_WORD}))*"
-    r"(?![\w'’-])"
-)
 _PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
 
 
@@ -153,28 +146,6 @@ def mentions(text: str, names: Iterable[str]) -> bool:
     """Whether `text` names any of `names` as whole words, compared after SQuAD normalisation (case, punctuation)."""
     padded = f" {normalize_answer(text)} "
     return any(norm and f" {norm} " in padded for norm in (normalize_answer(n) for n in names))
-
-
-def salient_spans(sentence: str) -> list[tuple[int, int]]:
-    """
-    REALM's salient spans of a sentence, found by rule (no NER model is needed offline): dates and numbers
-    ([`find_dates_and_numbers`]) and names (runs of capitalised words, the sentence's first word excluded unless it
-    continues into a name). Non-overlapping, in text order.
-    """
-    spans = list(find_dates_and_numbers(sentence))
-    first_word_end = len(sentence) - len(sentence.lstrip()) + len((sentence.split() or [""])[0])
-    for m in _NAME.finditer(sentence):
-        start, end = m.start(), m.end()
-        if start < first_word_end:
-            # The sentence's first word is capitalised anyway: a name only when more capitalised words follow it.
-            rest = _NAME.match(sentence, first_word_end + 1) if first_word_end < end else None
-            if rest is None or rest.start() != first_word_end + 1:
-                continue
-        text = sentence[start:end].rstrip(".")
-        end = start + len(text)
-        if end > start and not any(s < end and start < e for s, e in spans):
-            spans.append((start, end))
-    return sorted(spans)
 
 
 def _description_question(description: str, topic: str, lowercase_words: set[str]) -> str:

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from ..logging_utils import warn
 from ..tokenization_realm import tokenizer_call
 
-__all__ = ["DataCollatorForSalientSpanMasking", "find_dates_and_numbers"]
+__all__ = ["DataCollatorForSalientSpanMasking", "find_dates_and_numbers", "salient_spans"]
 
 _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
@@ -68,6 +68,37 @@ def find_dates_and_numbers(text: str) -> list[tuple[int, int]]:
     ```
     """
     return [(m.start(), m.end()) for m in _DATE_NUMBER.finditer(text)]
+
+
+# A capitalised word (letters, digits, apostrophes, inner hyphens/periods as in "St." or "Jean-Paul").
+_CAP_WORD = r"[A-Z][\w'’.-]*\w|[A-Z]"
+# A name: capitalised words, possibly joined by "of", "de", "the", ... ("Museum of Modern Art", "Leonardo da Vinci").
+_NAME = re.compile(
+    rf"(?<![\w'’-])(?:{_CAP_WORD})(?:\s+(?:(?:of|de|da|del|der|di|du|la|le|van|von|the|bin|ibn|al)\s+)?(?:{_CAP_WORD}))*"
+    r"(?![\w'’-])"
+)
+
+
+def salient_spans(sentence: str) -> list[tuple[int, int]]:
+    """
+    REALM's salient spans of a sentence, found by rule (no NER model is needed offline): dates and numbers
+    ([`find_dates_and_numbers`]) and names (runs of capitalised words, the sentence's first word excluded unless it
+    continues into a name). Non-overlapping, in text order.
+    """
+    spans = list(find_dates_and_numbers(sentence))
+    first_word_end = len(sentence) - len(sentence.lstrip()) + len((sentence.split() or [""])[0])
+    for m in _NAME.finditer(sentence):
+        start, end = m.start(), m.end()
+        if start < first_word_end:
+            # The sentence's first word is capitalised anyway: a name only when more capitalised words follow it.
+            rest = _NAME.match(sentence, first_word_end + 1) if first_word_end < end else None
+            if rest is None or rest.start() != first_word_end + 1:
+                continue
+        text = sentence[start:end].rstrip(".")
+        end = start + len(text)
+        if end > start and not any(s < end and start < e for s, e in spans):
+            spans.append((start, end))
+    return sorted(spans)
 
 
 def _entity_label(entity: dict) -> str:

@@ -22,6 +22,7 @@ from transformers import Trainer
 from ..metrics import has_answer, normalize_answer
 from ..reader_inputs import build_reader_inputs, tokenize_answers
 from ..sentences import sentence_spans
+from .masking import salient_spans
 
 __all__ = [
     "DataCollatorForReaderWarmup",
@@ -35,14 +36,6 @@ BLANK = "___"
 _YEAR = re.compile(r"^(?:1[0-9]{3}|20[0-9]{2}|[0-9]{1,4}\s*(?:BC|BCE|AD|CE))s?$")
 _MONTH = re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b")
 _NUMBER = re.compile(r"^[\d.,]+%?$")
-
-
-def _salient_spans(sentence: str) -> list[tuple[int, int]]:
-    # The one rule for salient spans lives with the Wikipedia question builder; imported here lazily would hide a
-    # dependency, so the import is local to keep `training` importable without `data`.
-    from ..data.wikipedia import salient_spans
-
-    return salient_spans(sentence)
 
 
 def blank_to_question(cloze: str, answer: str, rng: random.Random) -> str:
@@ -108,7 +101,7 @@ def make_cloze_reading_examples(
                 continue
             spans = [
                 (s, e)
-                for s, e in _salient_spans(sentence)
+                for s, e in salient_spans(sentence)
                 if len(sentence[s:e].split()) <= max_answer_words and normalize_answer(sentence[s:e])
             ]
             # The blanked answer must not stay readable elsewhere in the question.
