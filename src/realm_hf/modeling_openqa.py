@@ -20,6 +20,7 @@ from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_loading import check_retriever_dim
+from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .text_inputs import as_question_list, check_max_question_length, check_questions
 from .tokenization_realm import tokenizer_call
 
@@ -347,8 +348,12 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             has_answers=reader_inputs.has_answers,
             start_positions=reader_inputs.start_positions,
             end_positions=reader_inputs.end_positions,
+            # Only attention distillation reads them (None keeps the reader's chunked, fused-attention path).
+            output_attentions=True if needs_reader_attentions(self.config, reader_inputs.has_answers) else None,
             return_dict=True,
         )
+        # `config.retriever_loss` other than REALM's marginal: the reader's signal replaces the retriever's loss.
+        apply_retriever_loss(self.config, reader_output, relevance_score, reader_inputs)
         outputs = collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search, tokenizer)
         if not return_dict:
             return reader_output, outputs.predicted_answer_ids
