@@ -15,7 +15,7 @@ from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
 from .openqa_answers import collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
+from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings  # noqa: F401 (re-exported)
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
@@ -291,7 +291,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
         # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
         k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
-        search = search_with_embeddings(retriever, question_projection.detach(), k)
+        search = self._search_blocks(retriever, tokenizer, question_projection.detach(), k)
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
