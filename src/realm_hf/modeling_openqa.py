@@ -291,7 +291,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
         # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
         k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
-        search = self._search_blocks(retriever, tokenizer, question_projection.detach(), k)
+        search = self._search_blocks(retriever, tokenizer, question_projection.detach(), k, questions)
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document

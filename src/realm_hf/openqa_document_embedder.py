@@ -123,7 +123,7 @@ class RealmOpenQADocumentEmbedderMixin:
         )
         return stored if fresh is None else torch.cat([fresh, stored], dim=1)
 
-    def _search_blocks(self, retriever, tokenizer, question_embeddings: torch.Tensor, k: int):
+    def _search_blocks(self, retriever, tokenizer, question_embeddings: torch.Tensor, k: int, questions=None):
         """
         The top `k` blocks of each question with their embeddings: the index's own top `k`, or, with
         `config.rerank_beam_size = L`, the best `k` of the index's top `L` re-scored with the current document
@@ -132,14 +132,14 @@ class RealmOpenQADocumentEmbedderMixin:
         """
         beam = getattr(self.config, "rerank_beam_size", None)
         if beam is None:
-            return search_with_embeddings(retriever, question_embeddings, k)
+            return search_with_embeddings(retriever, question_embeddings, k, questions)
         if self.document_embedder is None:
             raise ValueError(
                 f"`config.rerank_beam_size={beam}` re-scores retrieved blocks with the model's document embedder, "
                 "but the model has none: add one with `model.add_document_embedder()` (end-to-end training), or set "
                 "`rerank_beam_size` to None (a frozen index needs no re-ranking)."
             )
-        search = search_with_embeddings(retriever, question_embeddings, min(max(beam, k), len(retriever)))
+        search = search_with_embeddings(retriever, question_embeddings, min(max(beam, k), len(retriever)), questions)
         with torch.no_grad():
             fresh = self._embed_blocks(tokenizer, search.blocks).to(question_embeddings.device)
             scores = torch.einsum("bd,bkd->bk", question_embeddings.float(), fresh.float())
