@@ -110,3 +110,51 @@ def test_model_trains_and_answers_through_the_hybrid_retriever_and_it_follows_up
     assert hybrid.sync() is True
     assert removed not in hybrid.sparse.block_ids.tolist()
     assert hybrid.sync() is False
+
+
+def test_saved_with_the_dense_index_under_one_manifest_and_checked(tmp_path):
+    import json
+
+    from realm_hf.retrieval import RealmRetriever
+
+    model = make_model(train_document_embedder=False)
+    # A plain retriever's save is unchanged: no BM25 folder, no manifest entry.
+    model.retriever.save_pretrained(tmp_path / "plain")
+    plain_manifest = json.loads((tmp_path / "plain" / "retriever_manifest.json").read_text())
+    assert "sparse_index" not in plain_manifest and not (tmp_path / "plain" / "sparse_bm25").exists()
+
+    hybrid = HybridRealmRetriever(model.retriever, sparse_k=3)
+    hybrid.save_pretrained(tmp_path / "hybrid")
+    manifest = json.loads((tmp_path / "hybrid" / "retriever_manifest.json").read_text())
+    assert manifest["sparse_index"]["dir"] == "sparse_bm25"
+    sparse_files = [name for name in manifest["files"] if name.startswith("sparse_bm25/")]
+    assert any(name.endswith(".npy") for name in sparse_files)
+    assert all("sha256" in manifest["files"][name] for name in sparse_files)
+
+    loaded = HybridRealmRetriever.from_pretrained(tmp_path / "hybrid", sparse_k=3)
+    questions = [q["question"] for q in QUESTIONS]
+    assert np.array_equal(loaded.sparse.search(questions, 3)[0], hybrid.sparse.search(questions, 3)[0])
+    # A plain load of the same directory still works (and still checks the BM25 files).
+    assert len(RealmRetriever.from_pretrained(tmp_path / "hybrid")) == len(model.retriever)
+
+    vocab = next(tmp_path.glob("hybrid/sparse_bm25/vocab*.json"))
+    vocab.write_text(vocab.read_text().replace('"', "'", 1) + " ")
+    with pytest.raises((ValueError, OSError)):
+        HybridRealmRetriever.from_pretrained(tmp_path / "hybrid")
+
+
+def test_model_saved_with_a_hybrid_retriever_loads_it_back(tmp_path):
+    from realm_hf import RealmForOpenQA
+
+    model = make_model(train_document_embedder=False)
+    model.set_retriever(HybridRealmRetriever(model.retriever, sparse_k=2))
+    model.save_pretrained(tmp_path / "model")
+    loaded = RealmForOpenQA.from_pretrained(tmp_path / "model")
+    assert isinstance(loaded.retriever, HybridRealmRetriever)
+    questions = [q["question"] for q in QUESTIONS]
+    assert (loaded.retriever.mode, loaded.retriever.sparse_k) == ("candidates", 2)  # the saved settings
+    want, got = model.answer(questions), loaded.answer(questions)
+    assert [[b["block_id"] for b in a["retrieved"]] for a in got] == [
+        [b["block_id"] for b in a["retrieved"]] for a in want
+    ]
+    assert [a["answer"] for a in got] == [a["answer"] for a in want]

@@ -23,12 +23,17 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
         check_model_files(path, model_dir, verify_checksums=verify_checksums)
     # The fingerprint (stale-index warning) only means something against the document embedder: the model's own
     # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
+    from .retrieval.sparse import attach_saved_sparse_index
+
     document_embedder = getattr(model, "document_embedder", None)
     if document_embedder is not None:
-        return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
-    return RealmRetriever.from_pretrained(
-        path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
-    )
+        dense = RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
+    else:
+        dense = RealmRetriever.from_pretrained(
+            path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
+        )
+    # A BM25 index saved beside the dense one (hybrid retrieval) comes back with it.
+    return attach_saved_sparse_index(dense, path)
 
 
 def check_retriever_dim(retriever, config: RealmConfig) -> None:

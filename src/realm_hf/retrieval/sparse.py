@@ -6,13 +6,16 @@ ones and ranked by the dense scorer (or fused by reciprocal rank), so REALM's p(
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import numpy as np
 import torch
 
-from ..file_utils import file_sha256
+from ..file_utils import check_relative_name, file_sha256
 from .searching import RealmSearchOutput
+
+logger = logging.getLogger(__name__)
 
 SPARSE_PARAMS_NAME = "bm25_params.json"
 SPARSE_BLOCK_IDS_NAME = "bm25_block_ids.npy"
@@ -53,6 +56,8 @@ class BM25BlockIndex:
         self.bm25 = bm25
         self.block_ids = np.asarray(block_ids, dtype=np.int64)
         self.stopwords = stopwords
+        # The hybrid retriever's `mode` and `sparse_k`, saved with the index so a loaded model searches as it did.
+        self.hybrid_settings: dict = {}
 
     @classmethod
     def from_blocks(cls, blocks: list[dict], k1: float = 1.5, b: float = 0.75, stopwords: str | None = "en"):
@@ -99,7 +104,7 @@ class BM25BlockIndex:
         self.bm25.save(directory, allow_pickle=False)
         np.save(os.path.join(directory, SPARSE_BLOCK_IDS_NAME), self.block_ids, allow_pickle=False)
         with open(os.path.join(directory, SPARSE_PARAMS_NAME), "w", encoding="utf-8") as f:
-            json.dump({"stopwords": self.stopwords, "library": "bm25s"}, f)
+            json.dump({"stopwords": self.stopwords, "library": "bm25s", "hybrid": self.hybrid_settings}, f)
         return {
             name: {
                 "size": os.path.getsize(os.path.join(directory, name)),
@@ -125,7 +130,39 @@ class BM25BlockIndex:
         block_ids = np.load(os.path.join(directory, SPARSE_BLOCK_IDS_NAME), allow_pickle=False)
         with open(os.path.join(directory, SPARSE_PARAMS_NAME), encoding="utf-8") as f:
             params = json.load(f)
-        return cls(bm25, block_ids, params.get("stopwords"))
+        index = cls(bm25, block_ids, params.get("stopwords"))
+        index.hybrid_settings = dict(params.get("hybrid") or {})
+        return index
+
+
+def load_saved_sparse_index(path) -> BM25BlockIndex | None:
+    """
+    The BM25 index a retriever directory's manifest names (`sparse_index`), or `None` when it has none. Its files were
+    checked with the directory's other files by [`RealmRetriever.from_pretrained`].
+    """
+    from ..constants import MANIFEST_NAME
+
+    with open(os.path.join(os.fspath(path), MANIFEST_NAME), encoding="utf-8") as f:
+        entry = json.load(f).get("sparse_index")
+    if entry is None:
+        return None
+    parts = check_relative_name(entry.get("dir") if isinstance(entry, dict) else None, "sparse_index", MANIFEST_NAME)
+    return BM25BlockIndex.load(os.path.join(os.fspath(path), *parts))
+
+
+def attach_saved_sparse_index(dense, path):
+    """
+    `dense` as a [`HybridRealmRetriever`] when its saved directory `path` holds a BM25 index, else `dense` itself.
+    Without `bm25s` installed, a warning says the model answers from the dense index alone.
+    """
+    try:
+        sparse = load_saved_sparse_index(path)
+    except ImportError as error:
+        logger.warning("%s The retriever in %s is loaded without its BM25 index (dense search only).", error, path)
+        return dense
+    if sparse is None:
+        return dense
+    return HybridRealmRetriever(dense, sparse=sparse, **sparse.hybrid_settings)
 
 
 def dense_queries(question_embeddings) -> np.ndarray:
@@ -190,6 +227,39 @@ class HybridRealmRetriever:
 
     def __len__(self) -> int:
         return len(self.dense)
+
+    def sparse_index_for_save(self) -> BM25BlockIndex:
+        """The BM25 index, brought up to date with the corpus: what a save writes beside the dense index."""
+        self.sync()
+        self.sparse.hybrid_settings = {"mode": self.mode, "sparse_k": self.sparse_k}
+        return self.sparse
+
+    def save_pretrained(self, save_directory, corpus_format: str = "arrow", max_shard_size="500MB") -> None:
+        """
+        [`RealmRetriever.save_pretrained`] with the BM25 index in `sparse_bm25/`: one all-or-nothing save, its files'
+        sizes and sha256 recorded in the same manifest (`sparse_index` names the folder) and checked on load.
+        """
+        from .serialization import save_retriever
+
+        save_retriever(self, save_directory, corpus_format, max_shard_size)
+
+    @classmethod
+    def from_pretrained(cls, path, mode: str | None = None, sparse_k=None, **kwargs) -> HybridRealmRetriever:
+        """
+        Load a hybrid retriever saved with [`~HybridRealmRetriever.save_pretrained`]: the dense retriever (every file,
+        the BM25 ones included, checked against the manifest) and its BM25 index, with the saved `mode` and `sparse_k`
+        unless given. A directory saved without one gets a BM25 index built from its corpus. `kwargs` go to
+        [`RealmRetriever.from_pretrained`].
+        """
+        from .retriever import RealmRetriever
+
+        dense = RealmRetriever.from_pretrained(path, **kwargs)
+        sparse = load_saved_sparse_index(path)
+        saved = sparse.hybrid_settings if sparse is not None else {}
+        mode = mode if mode is not None else saved.get("mode", "candidates")
+        return cls(
+            dense, sparse=sparse, mode=mode, sparse_k=sparse_k if sparse_k is not None else saved.get("sparse_k")
+        )
 
     def sync(self) -> bool:
         """Rebuild the BM25 index if the dense corpus's blocks changed (added or removed); returns whether it did."""
