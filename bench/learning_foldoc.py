@@ -120,7 +120,16 @@ def parse_args(argv=None):
     parser.add_argument(
         "--budget-minutes", type=float, default=45.0, help="Second-seed reruns only while the run fits in this."
     )
-    parser.add_argument("--only", default="qa,pretrain", help="Stages to run: qa, pretrain or both.")
+    parser.add_argument(
+        "--only", default="qa,pretrain", help="Stages to run: qa, pretrain, options (issue 26's rows) or a mix."
+    )
+    parser.add_argument(
+        "--options",
+        default=",".join(OPTION_ROWS),
+        help="The options stage's rows: REALM's recipe and each option of the retriever toolbox (docs/training.md).",
+    )
+    parser.add_argument("--option-seeds", default="0,1", help="Seeds of the options stage (each row, every seed).")
+    parser.add_argument("--rerank-factor", type=int, default=2, help="stale_rerank: over-retrieve this x the beam.")
     parser.add_argument("--qa-settings", default=",".join(QA_SETTINGS), help="Open-QA runs (default: all four).")
     parser.add_argument("--json", default=None, help="Write every number to this file.")
     parser.add_argument("--output", default=None, help="Scratch directory (default: a temporary one).")
@@ -259,8 +268,59 @@ def zero_shot_recall(query_embedder, retriever, tokenizer, questions: list[dict]
 QA_SETTINGS = ("reader_only", "query_side", "end_to_end", "end_to_end_stale")
 
 
-def run_openqa(setting: str, args, ctx, seed: int) -> dict:
-    """Fine-tune from the seed's start in one setting; evaluate on the held-out questions."""
+# Issue 26: one row per option of the retriever toolbox, each a base setting plus config changes, all from the same
+# start, seed and budget. "realm" is REALM's recipe: end to end, marginal likelihood, index refreshed.
+OPTION_ROWS = {
+    "realm": ("end_to_end", {}),
+    "query_side": ("query_side", {}),
+    "emdr2": ("end_to_end", {"retriever_loss": "emdr2"}),
+    "perplexity_distillation": ("end_to_end", {"retriever_loss": "perplexity_distillation"}),
+    "attention_distillation": ("end_to_end", {"retriever_loss": "attention_distillation"}),
+    "stale": ("end_to_end_stale", {}),
+    "stale_rerank": ("end_to_end_stale", {"rerank_beam_size": "factor"}),
+}
+
+
+def run_option(option: str, args, ctx, seed: int) -> dict:
+    """One row of the options stage: its base setting with its config changes; recall@1/5/20 and EM."""
+    setting, changes = OPTION_ROWS[option]
+    changes = dict(changes)
+    if changes.get("rerank_beam_size") == "factor":
+        changes["rerank_beam_size"] = args.searcher_beam * args.rerank_factor
+    metrics = run_openqa(setting, args, ctx, seed, config=changes, recall_ks=(1, 5, 20))
+    log(f"option {option} (seed {seed}) done")
+    return metrics
+
+
+def option_table(results: dict, seeds: list[int], n: int) -> str:
+    """Rows: each option's metrics per seed, their mean, and the mean difference from REALM's recipe."""
+    keys = ("recall@1", "recall@5", "recall@20", "exact_match")
+    lines = [
+        "| option | "
+        + " | ".join(f"{k} (seed {s})" for k in keys for s in seeds)
+        + " | mean Δ recall@5 | mean Δ EM |",
+        "| --- | " + " | ".join("---" for _ in keys for _ in seeds) + " | --- | --- |",
+    ]
+    base = results.get("realm", {})
+    for option, per_seed in results.items():
+        cells = []
+        for key in keys:
+            for seed in seeds:
+                value = per_seed.get(seed, {}).get(key)
+                cells.append("-" if value is None else (f"{value:.1f}" if key == "exact_match" else f"{value:.3f}"))
+        deltas = []
+        for key, fmt in (("recall@5", "{:+.3f}"), ("exact_match", "{:+.1f}")):
+            pairs = [(per_seed[s][key], base[s][key]) for s in seeds if s in per_seed and s in base]
+            deltas.append(fmt.format(sum(a - b for a, b in pairs) / len(pairs)) if pairs else "-")
+        lines.append(f"| {option} | " + " | ".join(cells) + " | " + " | ".join(deltas) + " |")
+    lines.append(
+        f"(n = {n} held-out questions; two standard errors of a recall near 0.3 are about {2 * math.sqrt(0.21 / n):.3f})"
+    )
+    return "\n".join(lines)
+
+
+def run_openqa(setting: str, args, ctx, seed: int, config: dict | None = None, recall_ks=(1, 5)) -> dict:
+    """Fine-tune from the seed's start in one setting (with `config` changes); evaluate on the held-out questions."""
     from transformers import TrainingArguments
 
     from realm_hf.training import RealmOpenQATrainer, RealmReindexCallback, evaluate_openqa, two_rate_adamw
@@ -270,6 +330,10 @@ def run_openqa(setting: str, args, ctx, seed: int) -> dict:
     model = openqa_model(args, ctx["bert"], seed)
     retriever.swap_index_state(ctx["start_index"][seed])
     model.set_retriever(retriever)
+    for key, value in (config or {}).items():
+        setattr(model.config, key, value)
+    if (config or {}).get("retriever_loss") == "attention_distillation":
+        model.set_attn_implementation("eager")  # the loss reads the reader's attention probabilities
     callbacks = []
     if setting == "reader_only":
         model.embedder.requires_grad_(False)
@@ -314,7 +378,7 @@ def run_openqa(setting: str, args, ctx, seed: int) -> dict:
         optimizers=(optimizer, None),
     )
     result = trainer.train()
-    metrics = evaluate_openqa(model, ctx["eval_set"], recall_ks=(1, 5), batch_size=32, show_progress=False)
+    metrics = evaluate_openqa(model, ctx["eval_set"], recall_ks=recall_ks, batch_size=32, show_progress=False)
     metrics["refreshes"] = callbacks[0].refresh_count if callbacks else 0
     metrics["train_loss"] = result.training_loss
     metrics["seconds"] = time.perf_counter() - t
@@ -719,6 +783,8 @@ def main(argv=None) -> int:
     log(f"pre-training: {len(pt_train)} masked corpus sentences, {len(pt_eval)} held-out masked sentences")
 
     results = {"stale_factor": args.stale_factor, "stale_refresh": args.refresh_steps * args.stale_factor}
+    if stages == {"options"}:
+        return run_options_stage(args, ctx, results, started, len(documents), len(blocks["text"]), train_questions)
     run_seed(args.seed, stages, args, ctx, results)
     rows = claim_rows(results, args.seed, len(held_out), len(pt_eval))
     first_seed_seconds = time.perf_counter() - started
@@ -751,6 +817,34 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results, "rows": rows}, f, indent=2, default=str)
+    return 0
+
+
+def run_options_stage(args, ctx, results, started, num_documents, num_blocks, train_questions) -> int:
+    """Issue 26: every option row, for every seed of `--option-seeds`, from each seed's own start."""
+    seeds = [int(s) for s in args.option_seeds.split(",")]
+    options = args.options.split(",")
+    unknown = sorted(set(options) - set(OPTION_ROWS))
+    if unknown:
+        raise SystemExit(f"Unknown option row(s) {unknown}; choose from {list(OPTION_ROWS)}.")
+    table = {option: {} for option in options}
+    for seed in seeds:
+        openqa_start(args, ctx, seed)
+        for option in options:
+            table[option][seed] = run_option(option, args, ctx, seed)
+    results["options"] = table
+    print()
+    print(
+        f"Retriever toolbox on FOLDOC cross-document cloze questions: {num_documents} entries / {num_blocks} blocks, "
+        f"{len(train_questions)} training and {len(ctx['held_out'])} held-out questions; from all-MiniLM-L6-v2; "
+        f"open-QA {args.qa_steps} steps x {args.qa_batch_size}, searcher beam {args.searcher_beam}, reader beam "
+        f"{args.reader_beam}, refresh every {args.refresh_steps} steps (stale: x{args.stale_factor}), seeds {seeds}"
+    )
+    print(option_table(table, seeds, len(ctx["held_out"])))
+    print(f"total {time.perf_counter() - started:.0f}s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=2, default=str)
     return 0
 
 

@@ -46,7 +46,8 @@ TRAIN_KEYS = {
     "refresh_steps": "re-index the corpus every N steps with the document embedder (RealmReindexCallback)",
     "reindex_background": "refresh in a background thread while training goes on (default true)",
     "reindex_batch_size": "blocks per embedding batch when re-indexing (default 128)",
-    "train_document_embedder": "finetune: train a document embedder too (end-to-end retriever training)",
+    "train_document_embedder": "finetune: train a document embedder too (end-to-end retriever training); false: query side only",
+    "staleness_sample": "finetune: log recall@10 of the stale index against each refresh on this many train questions",
     "recall_ks": "finetune: recall@k cut-offs for evaluation (default [1, 5])",
     "retriever_warmup": "finetune: first train the question embedder on REALM's retrieval loss alone "
     "({max_steps, per_device_train_batch_size, learning_rate})",

@@ -73,6 +73,20 @@ class RealmConfig(PreTrainedConfig):
             not only from those the retriever already ranks well (as DPR trains its reader on a positive passage drawn
             from the retrieved ones). The retrieval loss, a marginal over the whole searcher beam, is unchanged;
             evaluation and inference always read the top blocks. `False` is REALM's fine-tuning.
+        retriever_loss (`str`, *optional*, defaults to `"marginal"`):
+            [`RealmForOpenQA`] training only: the retriever's loss. `"marginal"` is REALM's (-log of the retrieval
+            probability of the searcher-beam blocks that hold an answer); `"emdr2"` (Sachan et al., 2021),
+            `"perplexity_distillation"` and `"attention_distillation"` (Izacard et al., 2022, Atlas) take their target
+            from the reader over the blocks it reads (`realm_hf.retriever_losses`, docs/training.md). Attention
+            distillation needs the reader's attention probabilities: eager attention
+            (`model.set_attn_implementation("eager")`).
+        retriever_loss_temperature (`float`, *optional*, defaults to 1.0):
+            Temperature θ of the retriever's distribution softmax(s / θ) in the two distillation losses.
+        rerank_beam_size (`int`, *optional*):
+            [`RealmForOpenQA`] with a document embedder only: over-retrieve this many blocks from the (possibly stale)
+            index, re-embed them with the current document embedder and keep the best-scored `k` (Atlas's
+            re-ranking), in training and at inference. Costs one document-embedder pass over this many blocks per
+            question. `None` (default): the index's top `k` are used as they are.
         retriever_pooling (`str`, *optional*, defaults to `"cls"`):
             How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
@@ -175,6 +189,22 @@ class RealmConfig(PreTrainedConfig):
         if not isinstance(reader_beam_positive, bool):
             raise ValueError(f"`reader_beam_positive` must be True or False, got {reader_beam_positive!r}.")
         self.reader_beam_positive = reader_beam_positive
+        retriever_loss = kwargs.pop("retriever_loss", "marginal")
+        if retriever_loss not in RETRIEVER_LOSSES:
+            raise ValueError(
+                f"`retriever_loss` must be one of {', '.join(map(repr, RETRIEVER_LOSSES))}, got {retriever_loss!r}."
+            )
+        self.retriever_loss = retriever_loss
+        temperature = kwargs.pop("retriever_loss_temperature", 1.0)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"`retriever_loss_temperature` must be a number > 0, got {temperature!r}.")
+        self.retriever_loss_temperature = float(temperature)
+        rerank_beam_size = kwargs.pop("rerank_beam_size", None)
+        if rerank_beam_size is not None and (
+            isinstance(rerank_beam_size, bool) or not isinstance(rerank_beam_size, int) or rerank_beam_size < 1
+        ):
+            raise ValueError(f"`rerank_beam_size` must be None or a positive integer, got {rerank_beam_size!r}.")
+        self.rerank_beam_size = rerank_beam_size
         retriever_pooling = kwargs.pop("retriever_pooling", "cls")
         if retriever_pooling not in RETRIEVER_POOLING_MODES:
             raise ValueError(
@@ -261,6 +291,10 @@ def _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searc
 
 # [CLS] q [SEP] b [SEP]: the shortest reader input that holds a question wordpiece and a block wordpiece.
 _MIN_READER_SEQ_LEN = 5
+
+
+# REALM's marginal likelihood, then its successors' (`retriever_losses.py`; kept here so the config imports no torch).
+RETRIEVER_LOSSES = ("marginal", "emdr2", "attention_distillation", "perplexity_distillation")
 
 # "cls": REALM's pooler output on [CLS]; "mean": masked mean of the last hidden states (sentence-transformers).
 RETRIEVER_POOLING_MODES = ("cls", "mean")

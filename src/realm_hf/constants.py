@@ -8,6 +8,8 @@ MANIFEST_NAME = "retriever_manifest.json"
 INDEX_NAME = "index.faiss"
 CORPUS_DIR = "corpus"
 TOKENIZER_DIR = "tokenizer"
+# A hybrid retriever's BM25 index (`retrieval/sparse.py`), saved beside the dense index under the same manifest.
+SPARSE_INDEX_DIR = "sparse_bm25"
 # A sharded retriever directory (ShardedRealmRetriever.save_pretrained): one manifest naming N shard folders, each a
 # retriever directory of its own (the blocks one process holds).
 SHARDED_MANIFEST_NAME = "sharded_retriever_manifest.json"

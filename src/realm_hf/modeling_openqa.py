@@ -16,11 +16,12 @@ from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
 from .openqa_answers import _best_spans, check_finite_reader_logits, collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings
+from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings  # noqa: F401 (re-exported)
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_loading import check_retriever_dim
+from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .text_inputs import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .tokenization_realm import tokenizer_call
 
@@ -309,7 +310,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
         # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
         k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
-        search = search_with_embeddings(retriever, question_projection.detach(), k)
+        search = self._search_blocks(retriever, tokenizer, question_projection.detach(), k, questions)
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
@@ -366,8 +367,12 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             has_answers=reader_inputs.has_answers,
             start_positions=reader_inputs.start_positions,
             end_positions=reader_inputs.end_positions,
+            # Only attention distillation reads them (None keeps the reader's chunked, fused-attention path).
+            output_attentions=True if needs_reader_attentions(self.config, reader_inputs.has_answers) else None,
             return_dict=True,
         )
+        # `config.retriever_loss` other than REALM's marginal: the reader's signal replaces the retriever's loss.
+        apply_retriever_loss(self.config, reader_output, relevance_score, reader_inputs)
         outputs = collect_answers(reader_output, reader_inputs, block_ids, relevance_score, search, tokenizer)
         if not return_dict:
             return reader_output, outputs.predicted_answer_ids

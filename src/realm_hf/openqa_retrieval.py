@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 
-def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int):
+def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int, questions: list[str] | None = None):
     """
     `retriever.search(question_embeddings, k)` with the retrieved blocks' stored embeddings (`block_embeddings`).
 
@@ -32,7 +32,11 @@ def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int)
     the corpus and index even while another thread swaps the index or adds and removes documents. Other retrievers
     (anything with `search` and `get_block_embeddings`) are asked for the embeddings in a second call.
     """
-    if "return_embeddings" in inspect.signature(retriever.search).parameters:
+    parameters = inspect.signature(retriever.search).parameters
+    if questions is not None and "questions" in parameters:
+        # A retriever that also searches by text (`retrieval.sparse.HybridRealmRetriever`).
+        return retriever.search(question_embeddings, k, questions=questions, return_embeddings=True)
+    if "return_embeddings" in parameters:
         return retriever.search(question_embeddings, k, return_embeddings=True)
     search = retriever.search(question_embeddings, k)
     search.block_embeddings = retriever.get_block_embeddings(search.block_ids)

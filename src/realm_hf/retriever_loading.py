@@ -19,9 +19,11 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
     `model_dir` the weights were loaded from, that those weights are the ones saved with it.
     """
     from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
-    from .retrieval_realm import RealmRetriever
 
     # One save: the model files checked are those of the manifest the retriever is then loaded with.
+    from .retrieval.sparse import attach_saved_sparse_index
+    from .retrieval_realm import RealmRetriever
+
     with consistent_read(path):
         if model_dir is not None:
             check_model_files(path, model_dir, verify_checksums=verify_checksums)
@@ -29,10 +31,13 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
         # when it trains one. Otherwise the index came from a separate pre-trained embedder: check the dimension only.
         document_embedder = getattr(model, "document_embedder", None)
         if document_embedder is not None:
-            return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
-        return RealmRetriever.from_pretrained(
-            path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
-        )
+            dense = RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
+        else:
+            dense = RealmRetriever.from_pretrained(
+                path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
+            )
+        # A BM25 index saved beside the dense one (hybrid retrieval) comes back with it.
+        return attach_saved_sparse_index(dense, path)
 
 
 def check_retriever_dim(retriever, config: RealmConfig) -> None:

@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, TOKENIZER_DIR
+from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, SPARSE_INDEX_DIR, TOKENIZER_DIR
 from ..file_utils import consistent_read, staged_save
 from ..logging_utils import get_logger
 from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
@@ -115,7 +115,7 @@ def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_typ
 
 
 # What a retriever directory holds, in the order a save swaps it in (the manifest last).
-_RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, MANIFEST_NAME)
+_RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, SPARSE_INDEX_DIR, MANIFEST_NAME)
 
 
 def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Dataset:
@@ -356,7 +356,13 @@ def write_retriever(
         index_labels = _write_index(retriever, index_path)
         if retriever.tokenizer is not None:
             retriever.tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
+        # A hybrid retriever's BM25 index (`retrieval/sparse.py`): its files go under the same manifest and checksums.
+        sparse = getattr(retriever, "sparse_index_for_save", None)
+        if sparse is not None:
+            sparse().save(os.path.join(directory, SPARSE_INDEX_DIR))
         manifest = build_manifest(retriever)
+        if sparse is not None:
+            manifest["sparse_index"] = {"dir": SPARSE_INDEX_DIR, "library": "bm25s"}
     return write_manifest(directory, manifest, corpus_format, index_labels, retriever.tokenizer, model_files)
 
 

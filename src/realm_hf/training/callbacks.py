@@ -92,6 +92,13 @@ class RealmReindexCallback(TrainerCallback):
             document embedder (it trained since the last snapshot), re-embed once more so the saved model and its
             index agree. Costs one refresh; nothing happens when the document embedder is frozen.
         show_progress (`bool`, *optional*, defaults to `False`): Show a progress bar while re-embedding (rank 0).
+        staleness_questions (`list[str]`, *optional*): A sample of training questions. At each swap their top
+            `staleness_k` blocks in the old (stale) index are compared with those in the refreshed one, and the
+            fraction the stale index still finds is logged as `reindex/stale_recall@{k}` (1.0: the refresh changed
+            nothing; falling values: the index drifts away from the document embedder between refreshes, refresh
+            more often). Questions are embedded with the model's question embedder at the swap. Not computed for a
+            [`ShardedRealmRetriever`].
+        staleness_k (`int`, *optional*, defaults to 10): `k` of the staleness recall.
 
     Refresh metrics (`reindex/refreshes`, `reindex/staleness`, `reindex/refresh_seconds`, `reindex/index_size`) go
     into `trainer.state.log_history` at the step of each swap, and into the next logging step's metrics so that
@@ -111,9 +118,21 @@ class RealmReindexCallback(TrainerCallback):
         keep_last_snapshot: bool = False,
         refresh_at_end: bool = True,
         show_progress: bool = False,
+        staleness_questions: list[str] | None = None,
+        staleness_k: int = 10,
     ):
         if refresh_steps < 1:
             raise ValueError(f"refresh_steps must be >= 1, got {refresh_steps}.")
+        if isinstance(staleness_k, bool) or not isinstance(staleness_k, int) or staleness_k < 1:
+            raise ValueError(f"staleness_k must be a positive integer, got {staleness_k!r}.")
+        if staleness_questions is not None and (
+            isinstance(staleness_questions, str)
+            or not all(isinstance(q, str) and q.strip() for q in staleness_questions)
+        ):
+            raise ValueError("staleness_questions must be a list of non-empty question strings.")
+        self.staleness_questions = list(staleness_questions) if staleness_questions else None
+        self.staleness_k = staleness_k
+        self._model = None
         self.retriever = retriever
         self.refresh_steps = refresh_steps
         self.batch_size = batch_size
@@ -204,6 +223,7 @@ class RealmReindexCallback(TrainerCallback):
         snapshot = copy.deepcopy(embedder).to(device).eval()
         snapshot.requires_grad_(False)
         self._snapshot, self._snapshot_step, self._started_at = snapshot, global_step, time.perf_counter()
+        self._model = model  # embeds the staleness questions at the swap
         rank, world_size = _distributed_info()
         if world_size > 1 and self._gather_group is None:
             # Separate groups: the worker thread's collectives must never interleave with DDP's or the main
@@ -303,6 +323,11 @@ class RealmReindexCallback(TrainerCallback):
         try:
             state = future.result()  # waits when called right after _start (refresh_now)
             self._check_state(state)
+            try:
+                staleness = self._stale_recall(state)
+            except Exception as error:  # a metric must never cost the refresh
+                logger.warning("Could not measure the index's staleness: %s: %s", type(error).__name__, error)
+                staleness = {}
             self.retriever.swap_index_state(state)
         except Exception as error:  # a failed refresh must never stop training
             self.failed_refreshes += 1
@@ -330,11 +355,36 @@ class RealmReindexCallback(TrainerCallback):
             "reindex/staleness": float(step - snapshot_step),
             "reindex/refresh_seconds": round(elapsed, 3),
             "reindex/index_size": float(len(self.retriever)),
+            **staleness,
         }
         self.history.append({**logs, "reindex/snapshot_step": float(snapshot_step), "step": step})
         logger.info("Swapped in the index embedded at step %d (at step %d, %.1fs).", snapshot_step, step, elapsed)
         self._pending_logs.update(logs)
         return logs
+
+    def _stale_recall(self, state) -> dict[str, float]:
+        """
+        `{"reindex/stale_recall@k": r}`: of the refreshed index's top `k` blocks for the staleness questions, the
+        fraction that the live (stale) index also returns, averaged over the questions; `{}` without questions.
+        """
+        if self.staleness_questions is None or self._model is None or hasattr(state, "shard_states"):
+            return {}
+        from ..tokenization_realm import tokenizer_call
+
+        model = unwrap_realm_model(self._model)
+        embedder = getattr(model, "query_embedder", None) or model.embedder
+        k = min(self.staleness_k, len(self.retriever))
+        device = next(embedder.parameters()).device
+        inputs = tokenizer_call(
+            self.retriever.tokenizer, self.staleness_questions, padding=True, truncation=True, return_tensors="pt"
+        ).to(device)
+        with torch.no_grad():
+            questions = embedder(**inputs, return_dict=True).projected_score.float().cpu().numpy()
+        stale = self.retriever.search(questions, k, return_blocks=False).block_ids.numpy()
+        # Labels of a refreshed index are the corpus's block ids, as the live index's search returns them.
+        _, fresh = state.index.search(np.ascontiguousarray(questions), k)
+        found = [len(set(s[s >= 0]) & set(f[f >= 0])) / max(1, int((f >= 0).sum())) for s, f in zip(stale, fresh)]
+        return {f"reindex/stale_recall@{k}": round(float(np.mean(found)), 4)}
 
     # ---------------------------------------------------------------- Trainer hooks
 

@@ -54,6 +54,9 @@ _RUNTIME_CONFIG_KEYS = (
     "reader_beam_size",
     "document_gradient_beam_size",
     "reader_beam_positive",
+    "retriever_loss",
+    "retriever_loss_temperature",
+    "rerank_beam_size",
 )
 
 
@@ -109,14 +112,20 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
         raise CLIError("No corpus: give `corpus` or `documents` in the config, or a `model` saved with a retriever/.")
 
 
-def _reindex_callback(model, config: dict):
+def _reindex_callback(model, config: dict, train_dataset=None):
     from ...training.recipes import reindex_callback
 
+    sample = int(config.get("staleness_sample") or 0)
+    questions = None
+    if sample > 0 and train_dataset is not None:
+        # The first questions of the training file: the same sample at every refresh, so the values compare.
+        questions = list(train_dataset[: min(sample, len(train_dataset))]["question"])
     return reindex_callback(
         model.retriever,
         config.get("refresh_steps"),
         batch_size=int(config.get("reindex_batch_size", 128)),
         background=bool(config.get("reindex_background", True)),
+        **({"staleness_questions": questions} if questions else {}),
     )
 
 
@@ -182,7 +191,7 @@ def _train_finetune(config: dict, args) -> dict:
         train_dataset,
         eval_dataset,
         recall_ks=config.get("recall_ks") or (1, 5),
-        reindex=_reindex_callback(model, config),
+        reindex=_reindex_callback(model, config, train_dataset),
     )
     info(f"Fine-tuning on {len(train_dataset)} questions; output in {config['output_dir']}.")
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)

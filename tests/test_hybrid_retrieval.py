@@ -1,0 +1,160 @@
+"""Hybrid retrieval: a BM25 index (`bm25s`) beside the dense one (`realm_hf.retrieval.sparse`).
+
+Skipped where `bm25s` (the `hybrid` extra) is not installed. The model is the tiny legacy fixture of test_training.py
+(12 blocks); expected values are computed here from the blocks' texts and stored embeddings.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from test_training import QUESTIONS, make_model
+
+pytest.importorskip("bm25s")
+
+from realm_hf.retrieval.sparse import BM25BlockIndex, HybridRealmRetriever, reciprocal_rank_fusion  # noqa: E402
+from realm_hf.training.openqa import DataCollatorForOpenQA  # noqa: E402
+
+
+def all_blocks(retriever):
+    return retriever.get_blocks(torch.as_tensor(np.asarray(retriever.block_ids)))
+
+
+def test_bm25_finds_the_block_that_shares_the_rare_words():
+    model = make_model(train_document_embedder=False)
+    blocks = all_blocks(model.retriever)
+    sparse = BM25BlockIndex.from_retriever(model.retriever)
+    assert len(sparse) == len(blocks)
+    # A question made of one block's own words ranks that block first.
+    target = blocks[5]
+    words = " ".join(target["text"].split()[:8])
+    ids, scores = sparse.search([words], 3)
+    assert ids[0, 0] == target["block_id"]
+    assert scores[0, 0] > 0
+    # No shared term: no candidate at all.
+    ids, scores = sparse.search(["zzzqqq"], 3)
+    assert (ids == -1).all() and (scores == 0).all()
+
+
+def test_reciprocal_rank_fusion_by_hand():
+    dense = np.array([[1, 2, 3]])
+    sparse = np.array([[3, 4, -1]])
+    fused = reciprocal_rank_fusion([dense, sparse], k=4, constant=60)
+    # 3: 1/63 + 1/61; 1: 1/61; 4: 1/62; 2: 1/62 (ties by id).
+    assert fused.tolist() == [[3, 1, 2, 4]]
+
+
+def test_save_and_load_without_pickle_and_checked(tmp_path):
+    model = make_model(train_document_embedder=False)
+    sparse = BM25BlockIndex.from_retriever(model.retriever)
+    files = sparse.save(str(tmp_path))
+    assert all(not name.endswith((".pkl", ".pickle")) for name in files)
+    for name in files:
+        if name.endswith(".npy"):
+            np.load(tmp_path / name, allow_pickle=False)  # refuses object arrays: nothing pickled
+    loaded = BM25BlockIndex.load(str(tmp_path), files)
+    question = ["what is the capital of france paris"]
+    assert np.array_equal(loaded.search(question, 4)[0], sparse.search(question, 4)[0])
+    with open(os.path.join(tmp_path, "bm25_block_ids.npy"), "r+b") as f:
+        f.seek(-1, 2)
+        f.write(b"\x07")
+    with pytest.raises(ValueError, match="save the hybrid retriever again"):
+        BM25BlockIndex.load(str(tmp_path), files)
+
+
+@pytest.mark.parametrize("mode", ["candidates", "rrf"])
+def test_hybrid_search_adds_bm25_candidates_scored_by_the_dense_embeddings(mode):
+    model = make_model(train_document_embedder=False)
+    hybrid = HybridRealmRetriever(model.retriever, mode=mode, sparse_k=3)
+    batch = DataCollatorForOpenQA(model.retriever.tokenizer)(QUESTIONS)
+    model.eval()
+    with torch.no_grad():
+        query = model.embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    dense = model.retriever.search(query, 2, return_blocks=False).block_ids
+    sparse_ids, _ = hybrid.sparse.search(batch["questions"], 3)
+    out = hybrid.search(query, 2, questions=batch["questions"], return_embeddings=True)
+    for row in range(len(QUESTIONS)):
+        found = [i for i in out.block_ids[row].tolist() if i >= 0]
+        union = set(dense[row].tolist()) | {i for i in sparse_ids[row].tolist() if i >= 0}
+        if mode == "candidates":
+            assert set(found) == union
+        else:
+            assert len(found) == 2 and set(found) <= union
+        # Scores are dense inner products with the stored embeddings, best first in "candidates".
+        stored = model.retriever.get_block_embeddings(torch.tensor([found]))[0]
+        torch.testing.assert_close(out.scores[row, : len(found)], stored @ query[row])
+        if mode == "candidates":
+            assert out.scores[row, : len(found)].tolist() == sorted(
+                out.scores[row, : len(found)].tolist(), reverse=True
+            )
+    # Without question texts it is the dense search.
+    assert torch.equal(hybrid.search(query, 2, return_blocks=False).block_ids, dense)
+
+
+def test_model_trains_and_answers_through_the_hybrid_retriever_and_it_follows_updates():
+    model = make_model(train_document_embedder=False)
+    hybrid = HybridRealmRetriever(model.retriever, sparse_k=4)
+    model.set_retriever(hybrid)
+    batch = DataCollatorForOpenQA(model.retriever.tokenizer)(QUESTIONS)
+    model.train()
+    out = model(**batch)
+    assert out.retrieved_block_ids.shape[1] >= model.config.searcher_beam_size
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    answers = model.answer([q["question"] for q in QUESTIONS])
+    assert len(answers) == len(QUESTIONS)
+    # Removing a block: the next search re-indexes BM25 and never returns it.
+    removed = int(hybrid.sparse.block_ids[0])
+    hybrid.remove_blocks([removed])
+    assert hybrid.sync() is True
+    assert removed not in hybrid.sparse.block_ids.tolist()
+    assert hybrid.sync() is False
+
+
+def test_saved_with_the_dense_index_under_one_manifest_and_checked(tmp_path):
+    import json
+
+    from realm_hf.retrieval import RealmRetriever
+
+    model = make_model(train_document_embedder=False)
+    # A plain retriever's save is unchanged: no BM25 folder, no manifest entry.
+    model.retriever.save_pretrained(tmp_path / "plain")
+    plain_manifest = json.loads((tmp_path / "plain" / "retriever_manifest.json").read_text())
+    assert "sparse_index" not in plain_manifest and not (tmp_path / "plain" / "sparse_bm25").exists()
+
+    hybrid = HybridRealmRetriever(model.retriever, sparse_k=3)
+    hybrid.save_pretrained(tmp_path / "hybrid")
+    manifest = json.loads((tmp_path / "hybrid" / "retriever_manifest.json").read_text())
+    assert manifest["sparse_index"]["dir"] == "sparse_bm25"
+    sparse_files = [name for name in manifest["files"] if name.startswith("sparse_bm25/")]
+    assert any(name.endswith(".npy") for name in sparse_files)
+    assert all("sha256" in manifest["files"][name] for name in sparse_files)
+
+    loaded = HybridRealmRetriever.from_pretrained(tmp_path / "hybrid", sparse_k=3)
+    questions = [q["question"] for q in QUESTIONS]
+    assert np.array_equal(loaded.sparse.search(questions, 3)[0], hybrid.sparse.search(questions, 3)[0])
+    # A plain load of the same directory still works (and still checks the BM25 files).
+    assert len(RealmRetriever.from_pretrained(tmp_path / "hybrid")) == len(model.retriever)
+
+    vocab = next(tmp_path.glob("hybrid/sparse_bm25/vocab*.json"))
+    vocab.write_text(vocab.read_text().replace('"', "'", 1) + " ")
+    with pytest.raises((ValueError, OSError)):
+        HybridRealmRetriever.from_pretrained(tmp_path / "hybrid")
+
+
+def test_model_saved_with_a_hybrid_retriever_loads_it_back(tmp_path):
+    from realm_hf import RealmForOpenQA
+
+    model = make_model(train_document_embedder=False)
+    model.set_retriever(HybridRealmRetriever(model.retriever, sparse_k=2))
+    model.save_pretrained(tmp_path / "model")
+    loaded = RealmForOpenQA.from_pretrained(tmp_path / "model")
+    assert isinstance(loaded.retriever, HybridRealmRetriever)
+    questions = [q["question"] for q in QUESTIONS]
+    assert (loaded.retriever.mode, loaded.retriever.sparse_k) == ("candidates", 2)  # the saved settings
+    want, got = model.answer(questions), loaded.answer(questions)
+    assert [[b["block_id"] for b in a["retrieved"]] for a in got] == [
+        [b["block_id"] for b in a["retrieved"]] for a in want
+    ]
+    assert [a["answer"] for a in got] == [a["answer"] for a in want]
