@@ -182,9 +182,20 @@ def test_realm_hf_loggers_follow_transformers_verbosity(transformers_verbosity, 
     assert ivf_warnings(caplog) == []
     transformers_verbosity.set_verbosity_info()
     assert ivf_warnings(caplog) == ["WARNING", "INFO"]
-    # A level set on realm-hf's own logger governs realm-hf alone.
+    # A level set on realm-hf's own logger governs realm-hf alone ...
     logging.getLogger("realm_hf").setLevel(logging.ERROR)
     assert ivf_warnings(caplog) == []
+    # ... and one set on a module's logger governs that module.
+    transformers_verbosity.set_verbosity_warning()
+    logging.getLogger("realm_hf").setLevel(logging.NOTSET)
+    index_logger = logging.getLogger("realm_hf.retrieval.index")
+    before = index_logger.level
+    index_logger.setLevel(logging.INFO)
+    try:
+        assert ivf_warnings(caplog) == ["WARNING", "INFO"]
+    finally:
+        index_logger.setLevel(before)
+    assert ivf_warnings(caplog) == ["WARNING"]
 
 
 def test_realm_hf_warnings_follow_transformers_verbosity(transformers_verbosity):
