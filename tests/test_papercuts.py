@@ -182,9 +182,20 @@ def test_realm_hf_loggers_follow_transformers_verbosity(transformers_verbosity, 
     assert ivf_warnings(caplog) == []
     transformers_verbosity.set_verbosity_info()
     assert ivf_warnings(caplog) == ["WARNING", "INFO"]
-    # A level set on realm-hf's own logger governs realm-hf alone.
+    # A level set on realm-hf's own logger governs realm-hf alone ...
     logging.getLogger("realm_hf").setLevel(logging.ERROR)
     assert ivf_warnings(caplog) == []
+    # ... and one set on a module's logger governs that module.
+    transformers_verbosity.set_verbosity_warning()
+    logging.getLogger("realm_hf").setLevel(logging.NOTSET)
+    index_logger = logging.getLogger("realm_hf.retrieval.index")
+    before = index_logger.level
+    index_logger.setLevel(logging.INFO)
+    try:
+        assert ivf_warnings(caplog) == ["WARNING", "INFO"]
+    finally:
+        index_logger.setLevel(before)
+    assert ivf_warnings(caplog) == ["WARNING"]
 
 
 def test_realm_hf_warnings_follow_transformers_verbosity(transformers_verbosity):
@@ -401,3 +412,58 @@ def test_pipeline_without_a_retriever_says_what_is_missing():
     model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, load_retriever=False)
     with pytest.raises(ValueError, match=r"no retriever \(no corpus and index attached.*set_retriever"):
         realm_hf.pipeline("question-answering", model=model)
+
+
+def test_answer_top_k_matches_the_pipeline():
+    import realm_hf
+
+    model = legacy_model()
+    question = "what is the capital of france?"
+    best = model.answer(question)
+    top = model.answer(question, top_k=3)
+    piped = realm_hf.pipeline("question-answering", model=model)(question, top_k=3)
+    assert isinstance(top, list) and 1 <= len(top) <= 3
+    keys = ("answer", "score", "logit", "start", "end", "block")
+    assert [{k: a[k] for k in keys} for a in top] == [{k: a[k] for k in keys} for a in piped]
+    # The first of the top k is answer()'s best answer; texts are distinct, scores best first.
+    assert {k: top[0][k] for k in keys} == {k: best[k] for k in keys}
+    assert len({a["answer"].lower() for a in top}) == len(top)
+    assert [a["score"] for a in top] == sorted((a["score"] for a in top), reverse=True)
+    assert all(a["question"] == question and a["retrieved"] == best["retrieved"] for a in top)
+    batch = model.answer([question, "who created python?"], top_k=2)
+    assert len(batch) == 2 and all(isinstance(answers, list) for answers in batch)
+    with pytest.raises(ValueError, match="top_k"):
+        model.answer(question, top_k=0)
+
+
+# ------------------------------------------------------------------------------------------ multi-process teardown
+
+
+def test_reindex_callback_destroys_its_groups_and_two_processes_exit_five_times(tmp_path):
+    import json
+
+    script = os.path.join(HERE, "scripts", "teardown_worker.py")
+    out = tmp_path / "teardown.json"
+    env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launcher += ["--main_process_port", "29523", "--num_machines", "1", "--mixed_precision", "no"]
+    launcher += ["--dynamo_backend", "no"]
+    # A hang at exit shows as the timeout.
+    result = subprocess.run([*launcher, script, str(out)], env=env, timeout=900, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["world_size"] == 2
+    assert report["after_close"] == [report["baseline"]] * 5  # each round's two gloo groups were destroyed
+
+
+def test_accelerate_example_warns_when_fewer_processes_start_than_asked():
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+    try:
+        from finetune_openqa_accelerate import fewer_processes_than_asked
+    finally:
+        sys.path.pop(0)
+    # `accelerate launch --cpu --num_processes 2`: one process, MASTER_PORT set for the two asked, no WORLD_SIZE.
+    warning = fewer_processes_than_asked(1, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    assert warning and "only this one started" in warning and "--multi_gpu" in warning
+    assert fewer_processes_than_asked(1, {}) is None  # plain `python script.py`
+    assert fewer_processes_than_asked(2, {"MASTER_PORT": "29500", "WORLD_SIZE": "2"}) is None

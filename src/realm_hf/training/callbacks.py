@@ -210,11 +210,22 @@ class RealmReindexCallback(TrainerCallback):
         return self._finish(global_step)
 
     def close(self) -> None:
-        """Stop the worker (waits for a running refresh to end, without swapping it in)."""
+        """
+        Stop the worker (waits for a running refresh to end, without swapping it in) and destroy the gloo groups
+        the refreshes of several processes created; called on every process (`on_train_end` does). A later refresh
+        creates them again.
+        """
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
         self._future = None
+        # Groups left alive were torn down with the process, while DDP freed its own: a 2-process run hung at exit
+        # about once in five. What this callback created, it destroys.
+        groups = [group for group in (self._gather_group, self._sync_group) if group is not None]
+        self._gather_group = self._sync_group = None
+        if groups and torch.distributed.is_available() and torch.distributed.is_initialized():
+            for group in groups:
+                torch.distributed.destroy_process_group(group)
 
     def _start(self, global_step: int, model) -> None:
         embedder = document_embedder_of(model)
