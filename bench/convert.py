@@ -10,9 +10,9 @@ google/realm-orqa-nq-openqa-shaped checkpoint (13,353,718 blocks of ~288 wordpie
    Blocks are English-like text of whole words of the bert-base-uncased vocabulary drawn with Zipf frequencies in
    sentences (one wordpiece per word or punctuation mark): 85 % of them 288 wordpieces (a full ORQA block), the rest
    20-288 (a document's last block). 50,000 distinct blocks are cycled (each record is written in full all the same).
-2. Times `realm-hf convert SRC OUT --allow-pickle` in a child process: wall time, peak resident memory (`ru_maxrss`
-   of that child, from `wait4`) and peak anonymous memory (`RssAnon`, sampled every 0.2 s: what the process holds
-   itself, without file pages it maps), output size.
+2. Times `realm-hf convert SRC OUT --allow-pickle` in a child process under `/usr/bin/time`: wall time, peak resident
+   memory (its `%M`, maximum RSS, which counts the pages of files the process maps) and peak anonymous memory
+   (`RssAnon`, sampled every 0.2 s: what the process holds itself), output size.
 3. Up to `--baseline-max-blocks` (default 2M; it needs far more memory than this machine has at 13.35M), the same in
    two more children: the in-memory conversion realm-hf did before (`RealmRetriever.from_legacy`, then
    `save_pretrained`) and `np.load(allow_pickle=True)` of the records alone; then both outputs are loaded and checked
@@ -314,37 +314,62 @@ def _status_kb(pid: int, field: str) -> int | None:
     return None
 
 
+def _child_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+        return int(children[0]) if children else None
+    except OSError:
+        return None
+
+
 def measure(cmd: list[str], log_lines: bool = False) -> dict:
-    """Run `cmd`; its wall time, exit status, peak RSS (`wait4`'s `ru_maxrss`), peak `RssAnon` and its stderr lines."""
+    """
+    Run `cmd` under `/usr/bin/time`: its wall time, exit status, peak RSS (`%M`, the command's own: a child's
+    `ru_maxrss` from `wait4` would start at this process's size, which `fork` passes on), peak `RssAnon` (sampled)
+    and its output lines with their times.
+    """
     env = dict(os.environ, HF_HUB_OFFLINE="1", TQDM_DISABLE="1", PYTHONPATH=os.path.join(REPO, "src"))
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
-    peak_anon, lines, done = [0], [], threading.Event()
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            ["/usr/bin/time", "-o", report.name, "-f", "%M", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+        )
+        peak_anon, lines, done = [0], [], threading.Event()
 
-    def sample():
-        while not done.wait(0.2):
-            kb = _status_kb(proc.pid, "RssAnon")
-            if kb:
-                peak_anon[0] = max(peak_anon[0], kb)
+        def sample():
+            child = None
+            while not done.wait(0.2):
+                child = child or _child_of(proc.pid)
+                kb = _status_kb(child, "RssAnon") if child else None
+                if kb:
+                    peak_anon[0] = max(peak_anon[0], kb)
 
-    def read():
-        for line in proc.stdout:
-            lines.append((time.perf_counter() - t0, line.rstrip()))
-            if log_lines:
-                print(f"    [{time.perf_counter() - t0:7.1f}s] {line.rstrip()}", flush=True)
+        def read():
+            for line in proc.stdout:
+                line = line.rstrip()
+                if not line.strip() or "%|" in line:  # progress bars
+                    continue
+                lines.append((time.perf_counter() - t0, line))
+                if log_lines:
+                    print(f"    [{time.perf_counter() - t0:7.1f}s] {line}", flush=True)
 
-    threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=read, daemon=True)]
-    for t in threads:
-        t.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    done.set()
-    threads[1].join(timeout=10)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=read, daemon=True)]
+        for t in threads:
+            t.start()
+        rc = proc.wait()
+        wall = time.perf_counter() - t0
+        done.set()
+        threads[1].join(timeout=10)
+        max_rss_kb = int(report.read().split()[-1])
     return {
         "wall_s": wall,
-        "rc": proc.returncode,
-        "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,
+        "rc": rc,
+        "peak_rss_gb": max_rss_kb * 1024 / 1e9,
         "peak_anon_gb": peak_anon[0] * 1024 / 1e9,
         "lines": lines,
     }
@@ -482,7 +507,7 @@ def main(argv=None) -> int:
                 f"{fmt_gb(r['peak_anon_gb'])} | {output} | {ratio_out} | {versus} |"
             )
         print()
-        phases = [(t, line) for t, line in first["lines"] if not line.startswith(("Writing", "Saving", "Loading"))]
+        phases = first["lines"]
         print("convert's own steps (seconds since start): " + "; ".join(f"{t:.0f} s {line}" for t, line in phases))
         if check != "-":
             print(f"outputs of the streamed and the in-memory conversion: {check}")

@@ -287,6 +287,7 @@ def test_search_bench_quick_runs(capsys, monkeypatch):
     assert "IVF64,PQ16: resident" in printed and "ids 0.2 MB (8 B/block)" in printed
 
 
+<<<<<<< HEAD
 def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage, both held-out sets."""
     import torch
@@ -326,3 +327,50 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     for row in rows:
         assert set(row["metrics"]) == {"generated", "hand-written"}
         assert f"{row['stage']:34} generated" in printed
+=======
+def test_convert_bench_writes_block_records_as_np_save_does(tmp_path):
+    """bench/convert.py streams block_records.npy item by item: the bytes must be np.save's (pickle frames, batches)."""
+    import io
+
+    import numpy as np
+
+    convert = load_script("convert")
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 1000, 1001, 2500):
+        sizes = rng.integers(2, 3000, n)
+        sizes[::97], sizes[1::113], sizes[2::131], sizes[3::50] = 70_000, 255, 256, 0  # unframed, both headers, b""
+        items = [bytes(rng.integers(97, 123, s, dtype=np.uint8)) for s in sizes]
+        records = np.empty(n, dtype=object)
+        records[:] = items
+        expected = io.BytesIO()
+        np.save(expected, records, allow_pickle=True)
+        convert.write_block_records(str(tmp_path / "records.npy"), iter(items), n)
+        assert (tmp_path / "records.npy").read_bytes() == expected.getvalue(), n
+
+
+def test_convert_bench_blocks_have_the_wordpieces_asked(tmp_path):
+    import numpy as np
+    from transformers import BertTokenizerFast
+
+    convert = load_script("convert")
+    vocab, _ = convert.vocab_file()
+    lengths = convert.BlockMaker(vocab, 3).lengths(200)
+    blocks = convert.BlockMaker(vocab, 3).blocks(200)
+    tokenizer = BertTokenizerFast(vocab=vocab)
+    counted = [len(ids) for ids in tokenizer([b.decode() for b in blocks], add_special_tokens=False)["input_ids"]]
+    assert counted == lengths.tolist()
+    assert np.mean(lengths) > 250 and max(lengths) == convert.BLOCK_WORDPIECES
+
+
+@pytest.mark.slow
+def test_convert_bench_runs_at_20000_blocks(tmp_path, capsys):
+    convert = load_script("convert")
+    out = tmp_path / "convert.json"
+    assert convert.main(["--blocks", "20000", "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| `realm-hf convert` (streamed) |" in printed and "identical" in printed
+    results = json.loads(out.read_text())
+    assert results["blocks"] == 20000 and results["outputs_identical"] == "identical"
+    assert all(run["peak_rss_gb"] > 0 for run in results["runs"])
+    assert os.listdir(tmp_path) == ["convert.json"]  # the checkpoint and outputs are deleted
+>>>>>>> wip-convert
