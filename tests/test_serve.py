@@ -188,6 +188,23 @@ def _state_view(records):
     return [(r["answer"], round(r["score"], 4), r["block"]["title"], r["block"]["text"]) for r in records]
 
 
+def test_the_answers_html_escapes_corpus_text_and_marks_the_span():
+    from realm_hf.serving import answers_html
+
+    text = "<b>Unix</b> was written by Ken Thompson & Dennis Ritchie ${1+1} {{value}}."
+    start = text.index("Ken")
+    block = {"block_id": 3, "doc_id": "<i>unix</i>", "title": "Unix <script>", "text": text, "retrieval_score": 1.0}
+    record = {"question": "q", "rank": 1, "answer": "Ken Thompson", "score": 0.25, "start": start, "end": start + 12}
+    page = answers_html([{**record, "block": block}])
+    assert "<script>" not in page and "<b>Unix</b>" not in page and "<i>unix" not in page
+    assert "&lt;b&gt;Unix&lt;/b&gt; was written by <mark" in page
+    assert ">Ken Thompson</mark> &amp; Dennis Ritchie ${1+1} {{value}}." in page
+    assert "p = 0.250" in page and "Unix &lt;script&gt;" in page and "doc_id &lt;i&gt;unix&lt;/i&gt;" in page
+    # No offsets (a slow tokenizer): the text without a highlight; no span found: said so.
+    assert "<mark" not in answers_html([{**record, "start": None, "end": None, "block": block}])
+    assert "No answer found" in answers_html([{**record, "answer": "", "block": None}])
+
+
 def test_serve_help_imports_nothing_heavy():
     # As for every command (tests/test_cli.py): `--help` answers before torch, realm_hf or gradio is imported.
     probe = (
