@@ -287,7 +287,6 @@ def test_search_bench_quick_runs(capsys, monkeypatch):
     assert "IVF64,PQ16: resident" in printed and "ids 0.2 MB (8 B/block)" in printed
 
 
-<<<<<<< HEAD
 def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage, both held-out sets."""
     import torch
@@ -327,7 +326,8 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     for row in rows:
         assert set(row["metrics"]) == {"generated", "hand-written"}
         assert f"{row['stage']:34} generated" in printed
-=======
+
+
 def test_convert_bench_writes_block_records_as_np_save_does(tmp_path):
     """bench/convert.py streams block_records.npy item by item: the bytes must be np.save's (pickle frames, batches)."""
     import io
@@ -373,4 +373,3 @@ def test_convert_bench_runs_at_20000_blocks(tmp_path, capsys):
     assert results["blocks"] == 20000 and results["outputs_identical"] == "identical"
     assert all(run["peak_rss_gb"] > 0 for run in results["runs"])
     assert os.listdir(tmp_path) == ["convert.json"]  # the checkpoint and outputs are deleted
->>>>>>> wip-convert
