@@ -17,3 +17,19 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 @pytest.fixture
 def fixtures_dir():
     return FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def restore_transformers_verbosity():
+    # realm-hf's loggers follow transformers' verbosity; a script run in-process (the bench smoke tests call their
+    # main(), which turns transformers' logging down to errors) must not silence the warnings later tests check.
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    yield
+    hf_logging.set_verbosity(verbosity)
+    if bars:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
