@@ -327,13 +327,16 @@ def missing_path(args: argparse.Namespace) -> str | None:
             if _offline() and not _in_hub_cache(value):
                 return (
                     f"{what} {value!r} is not a local path, and HF_HUB_OFFLINE is set while the Hub repo {value!r} is "
-                    "not in the local cache."
+                    "not in the local cache: give a local directory, or unset HF_HUB_OFFLINE to download it."
                 )
     return None
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    # huggingface_hub's own reading of HF_HUB_OFFLINE (light next to torch; needed only for a repo id).
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def _in_hub_cache(repo_id: str) -> bool:
@@ -380,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
-    problem = missing_path(args)
+    # With --debug the command itself reports the path, with its traceback.
+    problem = None if getattr(args, "debug", False) else missing_path(args)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_ERROR

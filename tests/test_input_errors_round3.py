@@ -406,6 +406,8 @@ def test_cli_evaluate_output_directory_is_named_before_any_work(tmp_path, capsys
 
     qa_file = tmp_path / "qa.jsonl"
     qa_file.write_text('{"question": "who wrote unix?", "answers": ["ken"]}\n')
-    status = main(["-q", "evaluate", str(qa_file), "--model", str(tmp_path / "no-model"), "--output", str(tmp_path)])
+    model = tmp_path / "not-a-model"
+    model.mkdir()  # exists, so the early path check passes: the output is refused before the model is read
+    status = main(["-q", "evaluate", str(qa_file), "--model", str(model), "--output", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and f"--output {str(tmp_path)!r} is a directory: give a file name" in err
