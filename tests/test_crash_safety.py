@@ -151,7 +151,7 @@ def _check_after_kill(root, expected, target, answer):
     entries = sorted(os.listdir(target))
     assert entries == sorted(
         ["README.md", "checkpoint-10", "config.json", "model.safetensors", "notes.md", "realm_hf_auto.py", "retriever"]
-        + ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+        + ["tokenizer.json", "tokenizer_config.json"]
     )
     assert not [name for name in os.listdir(target / "retriever") if name.startswith(".")]
     return "old" if state == expected["old"] else "new"
@@ -398,5 +398,10 @@ def test_cli_output_killed_at_every_step_of_its_swap_is_the_old_or_the_new_one(i
                     assert before[len(RealmRetriever.from_pretrained(target))] in ("old", "new"), n
                     shutil.copytree(root / "old", folder, dirs_exist_ok=True)
                 assert len(RealmRetriever.from_pretrained(target)) == 3
-            assert sorted(os.listdir(root / "parent")) == ["OUT"], (n, reader, os.listdir(root / "parent"))
+            left = sorted(os.listdir(root / "parent"))
+            if (
+                reader == "load"
+            ):  # killed before its commit point, a run leaves its staging folder: the next removes it
+                left = [name for name in left if not name.startswith(STAGING_PREFIX)]
+            assert left == ["OUT"], (n, reader, os.listdir(root / "parent"))
     assert 3 in outcomes and 5 in outcomes, outcomes

@@ -573,6 +573,19 @@ def _read_lock(directory: str, path: str) -> Iterator[None]:
     raise OSError(f"{directory} keeps being saved into and interrupted: load it again once saves have stopped.")
 
 
+def recover_moved_aside(path: str | os.PathLike) -> bool:
+    """
+    If `path` is missing because a swap that replaces it as a whole ([`replace_directory`]: the old one moved aside,
+    the new one not yet in place) was interrupted, complete that swap (its journal is in the parent), so that `path`
+    exists again. Returns whether it did; does nothing for a path that exists or a Hub repo id.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    if os.path.lexists(path) or not os.path.isdir(parent) or not _journal_covers(parent, path):
+        return False
+    return recover_interrupted_save(parent)
+
+
 def check_loaded_files(directory: str | os.PathLike) -> None:
     """
     Refuse a file at the top of `directory` that a load reads (config, weights, tokenizer files, manifests: see
@@ -605,6 +618,8 @@ def consistent_read(path: str | os.PathLike | None, subfolder: str | None = None
     """
     if isinstance(path, (str, os.PathLike)) and subfolder:
         path = os.path.join(path, subfolder)
+    if isinstance(path, (str, os.PathLike)):
+        recover_moved_aside(path)
     if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
         yield
         return
@@ -669,6 +684,7 @@ __all__ = [
     "fsync_tree",
     "normalize_permissions",
     "recover_interrupted_save",
+    "recover_moved_aside",
     "replace_directory",
     "save_in_progress",
     "staged_save",

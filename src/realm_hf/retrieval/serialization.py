@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, SPARSE_INDEX_DIR, TOKENIZER_DIR
-from ..file_utils import consistent_read, staged_save
+from ..file_utils import consistent_read, recover_moved_aside, staged_save
 from ..logging_utils import get_logger
 from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
 from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
@@ -76,6 +76,7 @@ def _save_parquet_shards(corpus: datasets.Dataset, corpus_dir: str, max_shard_si
 
 
 def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_type, cache_dir, token) -> str:
+    recover_moved_aside(path_or_repo_id)  # a directory swap (e.g. `realm-hf index --overwrite`) killed half-way
     if os.path.isdir(path_or_repo_id):
         path = os.path.join(path_or_repo_id, subfolder) if subfolder else path_or_repo_id
         if not os.path.isdir(path):
