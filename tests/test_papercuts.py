@@ -388,7 +388,12 @@ def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_pa
             finally:
                 logging.getLogger("realm_hf").setLevel(logging.NOTSET)
         files = set(hub.files("realm-test/trained"))
+        reloaded = RealmForOpenQA.from_pretrained("realm-test/trained")
+        assert reloaded.retriever.corpus["text"] == model.retriever.corpus["text"]
     assert "training_args.json" in files and "training_args.bin" not in files
+    # The corpus went up as Parquet shards, as model.push_to_hub writes it, and the repo loads.
+    corpus = [name for name in files if name.startswith("retriever/corpus/")]
+    assert any(name.endswith(".parquet") for name in corpus) and not any(name.endswith(".arrow") for name in corpus)
     assert not any(name.endswith((".bin", ".pt", ".pkl", ".pickle", ".pth")) for name in files), files
     assert not [w for w in caught if "about to commit a data file" in str(w.message)]
     assert len([r for r in caplog.records if "corpus data file(s)" in r.getMessage()]) == 1

@@ -12,6 +12,7 @@ from typing import Any
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..file_utils import atomic_write_text
+from ..modeling_base import RealmPreTrainedModel
 
 #: The training arguments a realm-hf Trainer saves beside the model, as JSON: what transformers' Trainer pickles into
 #: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
@@ -31,15 +32,30 @@ class RealmModelCardMixin:
         # As the Trainer's, but the arguments go to `training_args.json` (`TrainingArguments.to_json_string`) in place
         # of the pickled `training_args.bin`: nothing a user downloads (`push_to_hub` uploads this folder) is pickle.
         super()._save(output_dir, state_dict)
-        if self.args.should_save:
-            save_training_args_json(self.args, output_dir if output_dir is not None else self.args.output_dir)
+        if not self.args.should_save:
+            return
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        save_training_args_json(self.args, output_dir)
+        model = self.accelerator.unwrap_model(self.model)
+        if getattr(self, "_pushing_to_hub", False) and getattr(model, "retriever", None) is not None:
+            # What `push_to_hub` uploads: the corpus as Parquet shards, as `model.push_to_hub` writes it (the
+            # Trainer's save wrote Arrow). One more save, weights and retriever together, so the manifest binds them.
+            if isinstance(model, RealmPreTrainedModel) and not getattr(model.retriever, "is_sharded", False):
+                model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
 
     def push_to_hub(self, *args, **kwargs):
-        """As [`~transformers.Trainer.push_to_hub`], without huggingface_hub's warning for each corpus file."""
+        """
+        As [`~transformers.Trainer.push_to_hub`], with the corpus uploaded as Parquet shards (as `model.push_to_hub`
+        does), the training arguments as JSON, and without huggingface_hub's warning for each corpus file.
+        """
         from ..hub import expected_data_files  # local import: hub code is needed only when pushing
 
-        with expected_data_files():
-            return super().push_to_hub(*args, **kwargs)
+        self._pushing_to_hub = True
+        try:
+            with expected_data_files():
+                return super().push_to_hub(*args, **kwargs)
+        finally:
+            self._pushing_to_hub = False
 
     def model_card_setup(self) -> dict[str, Any] | None:
         """The recipe of this Trainer as `{label: value}` rows of the card's Training section, or `None`."""
