@@ -25,9 +25,14 @@ def restore_transformers_verbosity():
     # main(), which turns transformers' logging down to errors) must not silence the warnings later tests check.
     from transformers.utils import logging as hf_logging
 
+    import logging
+
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
+    # A level set by hand on realm_hf's logger (the FOLDOC demo's main sets INFO) outranks transformers' verbosity.
+    realm_level = logging.getLogger("realm_hf").level
     yield
+    logging.getLogger("realm_hf").setLevel(realm_level)
     hf_logging.set_verbosity(verbosity)
     if bars:
         hf_logging.enable_progress_bar()
