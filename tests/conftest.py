@@ -23,9 +23,9 @@ def fixtures_dir():
 def restore_transformers_verbosity():
     # realm-hf's loggers follow transformers' verbosity; a script run in-process (the bench smoke tests call their
     # main(), which turns transformers' logging down to errors) must not silence the warnings later tests check.
-    from transformers.utils import logging as hf_logging
-
     import logging
+
+    from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
