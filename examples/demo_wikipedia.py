@@ -69,13 +69,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def fast_bf16() -> bool:
-    """Whether this CPU runs bf16 natively; embedding (inference only) then runs under bf16 autocast."""
-    from realm_hf.precision import has_native_bf16
-
-    return has_native_bf16("cpu")
-
-
 def qa_dataset(questions) -> datasets.Dataset:
     return datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
 
@@ -102,6 +95,7 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         make_wikipedia_qa_task,
     )
     from realm_hf.initialization import init_from_bert, init_projection_from_pca
+    from realm_hf.precision import has_native_bf16
     from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.recipes import seed_everything
 
@@ -141,7 +135,7 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         init_projection_from_pca(model.embedder, tokenizer, [d["title"] for d in sample], [d["text"] for d in sample])
     model.add_document_embedder()
     model.freeze_document_embedder()  # REALM's fine-tuning: the index is built once and stays
-    bf16 = fast_bf16()
+    bf16 = has_native_bf16("cpu")  # bf16 autocast embedding only where native (never slower than fp32)
     log("Embedding the corpus and building the FAISS index (exact inner product) ...")
     retriever = RealmRetriever.from_documents(
         task["documents"],

@@ -15,7 +15,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -142,12 +142,6 @@ def title_names(title: str) -> list[str]:
     return names
 
 
-def mentions(text: str, names: Iterable[str]) -> bool:
-    """Whether `text` names any of `names` as whole words, compared after SQuAD normalisation (case, punctuation)."""
-    padded = f" {normalize_answer(text)} "
-    return any(norm and f" {norm} " in padded for norm in (normalize_answer(n) for n in names))
-
-
 def _description_question(description: str, topic: str, lowercase_words: set[str]) -> str:
     words = description.split()
     first = words[0]
@@ -199,7 +193,7 @@ def make_description_questions(articles: Sequence[dict]) -> list[dict]:
         names = title_names(article["title"])
         if not description or counts[normalize_answer(description)] != 1:
             continue
-        if mentions(description, names) or not mentions(article["text"], names):
+        if has_answer(description, names) or not has_answer(article["text"], names):
             continue
         questions.append(
             {
@@ -243,7 +237,7 @@ def make_cloze_questions(
         for start, end in sentence_spans(text):
             sentence = text[start:end]
             n_words = len(sentence.split())
-            if not min_words <= n_words <= max_words or mentions(sentence, names):
+            if not min_words <= n_words <= max_words or has_answer(sentence, names):
                 continue
             rest = (text[:start].rstrip() + " " + text[end:].lstrip()).strip()
             if not rest:
@@ -361,7 +355,8 @@ def answer_coverage(documents: Sequence[dict], questions: Sequence[dict]) -> dic
     For each kind of question: how many there are, and the share whose gold answer occurs (SQuAD-normalised, whole
     words) in some document of the corpus and in the gold article.
     """
-    normalized = [f" {normalize_answer(d['text'])} " for d in documents]
+    # Every document's padded, normalised text on its own line: a whole-word match cannot span two documents.
+    corpus = "\n".join(f" {normalize_answer(d['text'])} " for d in documents)
     text_of = {d["doc_id"]: d["text"] for d in documents}
     stats: dict[str, dict] = {}
     for kind in sorted({q["kind"] for q in questions}):
@@ -369,7 +364,7 @@ def answer_coverage(documents: Sequence[dict], questions: Sequence[dict]) -> dic
         in_corpus = in_gold = 0
         for q in subset:
             golds = [f" {normalize_answer(a)} " for a in q["answers"] if normalize_answer(a)]
-            in_corpus += any(g in text for text in normalized for g in golds)
+            in_corpus += any(g in corpus for g in golds)
             in_gold += has_answer(text_of.get(q["doc_id"], ""), q["answers"])
         stats[kind] = {
             "questions": len(subset),
