@@ -248,3 +248,66 @@ def test_retriever_warmup_trains_only_the_question_embedder(tmp_path):
         assert torch.equal(value, reader[key]), key
     for key, value in model.document_embedder.state_dict().items():
         assert torch.equal(value, documents[key]), key
+
+
+def test_reader_warmup_marks_the_open_qa_models_reader_as_trained(tmp_path):
+    # The Trainer holds only `model.reader`; the Open-QA model's config (what is saved) must still say so.
+    model = tiny_model()
+    model.config.reader_trained = False
+    examples = datasets.Dataset.from_list(
+        [{"question": "who founded it?", "context": BLOCKS[0]["text"], "answers": ["sailors"]}] * 2
+    )
+    reader_warmup_trainer(model, arguments(tmp_path, steps=1), examples).train()
+    assert model.config.reader_trained is True
+    model.save_pretrained(tmp_path / "saved")
+    with open(tmp_path / "saved" / "config.json") as f:
+        assert '"reader_trained": true' in f.read()
+
+
+def test_cloze_examples_without_their_sentence_keep_only_answers_the_rest_of_the_block_holds():
+    blocks = [
+        {
+            "text": "Port Estrel was founded in 1642 by sailors from Caldera. Caldera traded with the Sarrow Sea ports. "
+            "The town grew after 1642."
+        }
+    ]
+    examples = make_cloze_reading_examples(blocks, seed=0, max_per_block=None, question_share=0.0, keep_sentence=False)
+    assert examples
+    for example in examples:
+        sentence = example["question"].replace(BLANK, example["answers"][0])
+        # The question's own sentence is gone from the context, and the answer is still in what is left.
+        assert sentence not in example["context"]
+        assert sentence in blocks[0]["text"]
+        assert has_answer(example["context"], example["answers"])
+    # "Port Estrel" occurs only in the removed sentence: never an answer without it.
+    assert all(example["answers"] != ["Port Estrel"] for example in examples)
+
+
+def test_group_by_length_batches_similar_lengths_in_the_warmups(tmp_path):
+    model = tiny_model()
+    short = [{"question": f"what is item {i}?", "answers": ["paris"]} for i in range(32)]
+    long = [
+        {
+            "question": "which city " + " ".join(["very"] * 30) + f" large item {i} is the capital?",
+            "answers": ["paris"],
+        }
+        for i in range(32)
+    ]
+    questions = datasets.Dataset.from_list([q for pair in zip(short, long) for q in pair])
+
+    def mixed_batches(trainer):
+        # A batch of one short and one long question pads the short one to the long one's length.
+        return sum(len(set(batch["attention_mask"].sum(1).tolist())) > 1 for batch in trainer.get_train_dataloader())
+
+    args = arguments(tmp_path, steps=1, batch=2)
+    args.train_sampling_strategy = "group_by_length"
+    trainer = retriever_warmup_trainer(model, args, questions)
+    assert trainer.train_dataset["length"][:2] == [4, 38]
+    # transformers' LengthGroupedSampler sorts megabatches of 16 here: at most one mixed batch in each of the four,
+    # where a random order mixes about half of the 32 batches.
+    assert mixed_batches(trainer) <= 4
+    assert mixed_batches(retriever_warmup_trainer(model, arguments(tmp_path, 1, batch=2), questions)) > 8
+    # Without grouping the dataset is left as given.
+    assert (
+        "length" not in retriever_warmup_trainer(model, arguments(tmp_path, 1), questions).train_dataset.column_names
+    )

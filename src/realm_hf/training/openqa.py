@@ -231,10 +231,20 @@ def mark_reader_trained(model) -> bool:
     return True
 
 
-class _MarkReaderTrainedCallback(TrainerCallback):
-    """Sets `config.reader_trained` at the first optimizer step, so that every checkpoint saved after it says so."""
+class MarkReaderTrainedCallback(TrainerCallback):
+    """
+    Sets `config.reader_trained` at the first optimizer step, so that every checkpoint saved after it says so.
+
+    Args:
+        owner (*optional*): The [`RealmForOpenQA`] to mark, when the Trainer trains only a part of it (the reader
+            warm-up trains `model.reader`); by default the Trainer's own model.
+    """
+
+    def __init__(self, owner=None):
+        self.owner = owner
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
+        model = self.owner if self.owner is not None else model
         if model is not None and not getattr(getattr(model, "config", None), "reader_trained", False):
             mark_reader_trained(model)
 
@@ -266,7 +276,7 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         super().__init__(*args, **kwargs)
         self.recall_ks = tuple(recall_ks)
         # An optimizer step updates the reader: `config.reader_trained` (False after `init_from_bert`) becomes True.
-        self.add_callback(_MarkReaderTrainedCallback())
+        self.add_callback(MarkReaderTrainedCallback())
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
         from .callbacks import place_reindex_callbacks_first
 

@@ -69,12 +69,19 @@ def make_cloze_reading_examples(
     min_words: int = 6,
     max_words: int = 40,
     max_answer_words: int = 5,
+    keep_sentence: bool = True,
 ) -> list[dict]:
     """
     Salient-span cloze questions read against their own block: for a sentence of a block with a name, date or number
     (REALM's salient spans), the question is the sentence with that span blanked (`___`), or, for `question_share` of
-    them, turned into a question ([`blank_to_question`]); the context is the whole block, sentence included, and the
-    answer the span. Cheap and unlimited: every block gives some.
+    them, turned into a question ([`blank_to_question`]); the context is the block and the answer the span. Cheap
+    and unlimited: every block gives some.
+
+    With `keep_sentence=True` the context is the whole block, the question's own sentence included, so the reader
+    learns to align a question with the passage it was cut from. With `keep_sentence=False` that sentence is taken
+    out of the context and only spans whose answer the rest of the block still holds are used: the reader must find
+    the answer in other words than the question's, as for a question asked about a retrieved block (the held-out
+    cloze questions of [`~realm_hf.data.make_wikipedia_qa_task`] are built the same way).
 
     Args:
         blocks (`Iterable[dict]`): Blocks with `text` (e.g. the rows of a retriever's corpus, or documents).
@@ -84,6 +91,7 @@ def make_cloze_reading_examples(
         question_share (`float`, *optional*, defaults to 0.5): Share written as questions rather than blanks.
         min_words, max_words (`int`): Sentence length bounds, in words.
         max_answer_words (`int`, *optional*, defaults to 5): Longest answer, in words.
+        keep_sentence (`bool`, *optional*, defaults to `True`): Whether the context keeps the question's sentence.
 
     Returns:
         `list[dict]`: `question`, `context` and `answers` (one) per example.
@@ -106,14 +114,19 @@ def make_cloze_reading_examples(
             ]
             # The blanked answer must not stay readable elsewhere in the question.
             spans = [(s, e) for s, e in spans if not has_answer(sentence[:s] + BLANK + sentence[e:], [sentence[s:e]])]
+            if keep_sentence:
+                context = text
+            else:
+                context = " ".join(part for part in (text[:start].strip(), text[end:].strip()) if part)
+                spans = [(s, e) for s, e in spans if has_answer(context, [sentence[s:e]])]
             if spans:
-                per_sentence.append((sentence, rng.choice(spans)))
+                per_sentence.append((sentence, context, rng.choice(spans)))
         rng.shuffle(per_sentence)
-        for sentence, (s, e) in per_sentence[:max_per_block]:
+        for sentence, context, (s, e) in per_sentence[:max_per_block]:
             answer = sentence[s:e]
             cloze = sentence[:s] + BLANK + sentence[e:]
             question = blank_to_question(cloze, answer, rng) if rng.random() < question_share else cloze
-            examples.append({"question": question, "context": text, "answers": [answer]})
+            examples.append({"question": question, "context": context, "answers": [answer]})
     return examples
 
 
@@ -184,6 +197,7 @@ class RealmReaderTrainer(Trainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        for column in ("question", "context", "answers"):
+        # The length column feeds `train_sampling_strategy="group_by_length"` (less padding per batch).
+        for column in ("question", "context", "answers", self.args.length_column_name):
             if column not in self._signature_columns:
                 self._signature_columns.append(column)

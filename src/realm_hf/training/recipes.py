@@ -10,7 +10,7 @@ from transformers import TrainingArguments, enable_full_determinism, set_seed
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
-from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, check_training_questions
+from .openqa import DataCollatorForOpenQA, MarkReaderTrainedCallback, RealmOpenQATrainer, check_training_questions
 from .optimization import two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
 from .reader_warmup import (
@@ -205,6 +205,7 @@ def reader_warmup_examples(
     cloze_per_block: int | None = 1,
     question_share: float = 0.5,
     seed: int = 0,
+    keep_sentence: bool = True,
 ) -> datasets.Dataset:
     """
     The reader warm-up's data from a retriever's own corpus: salient-span cloze questions of its blocks, each read
@@ -221,6 +222,8 @@ def reader_warmup_examples(
             sentence with a salient span.
         question_share (`float`, *optional*, defaults to 0.5): Share of them written as questions, not blanks.
         seed (`int`, *optional*, defaults to 0)
+        keep_sentence (`bool`, *optional*, defaults to `True`): Whether a cloze question's context keeps the sentence
+            it was cut from (`False`: the rest of the block, which must still hold the answer).
 
     Returns:
         `datasets.Dataset` with `question`, `context` and `answers`.
@@ -236,7 +239,11 @@ def reader_warmup_examples(
     examples = []
     if cloze_per_block is None or cloze_per_block > 0:
         examples += make_cloze_reading_examples(
-            blocks, seed=seed, max_per_block=cloze_per_block, question_share=question_share
+            blocks,
+            seed=seed,
+            max_per_block=cloze_per_block,
+            question_share=question_share,
+            keep_sentence=keep_sentence,
         )
     if questions:
         by_doc: dict = {}
@@ -262,7 +269,11 @@ def reader_warmup_trainer(model, args: TrainingArguments, train_dataset, tokeniz
     """
     tokenizer = tokenizer if tokenizer is not None else model.require_retriever().tokenizer
     collator = DataCollatorForReaderWarmup(tokenizer, max_length=int(model.config.reader_seq_len))
-    return RealmReaderTrainer(model=model.reader, args=args, train_dataset=train_dataset, data_collator=collator)
+    train_dataset = with_length_column(train_dataset, args, ("question", "context"))
+    trainer = RealmReaderTrainer(model=model.reader, args=args, train_dataset=train_dataset, data_collator=collator)
+    # The Trainer holds only the reader: its first optimizer step must still mark the Open-QA model's config.
+    trainer.add_callback(MarkReaderTrainedCallback(model))
+    return trainer
 
 
 def retriever_warmup_trainer(model, args: TrainingArguments, train_dataset) -> RealmRetrieverTrainer:
@@ -277,7 +288,34 @@ def retriever_warmup_trainer(model, args: TrainingArguments, train_dataset) -> R
     )
     if isinstance(train_dataset, datasets.Dataset):
         check_training_questions(train_dataset, collator.tokenizer, collator.max_question_length)
+    train_dataset = with_length_column(train_dataset, args, ("question",))
     return RealmRetrieverTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
+
+
+def with_length_column(train_dataset, args: TrainingArguments, text_columns: Sequence[str]):
+    """
+    `train_dataset` with the length column that `train_sampling_strategy="group_by_length"` batches by (words of
+    `text_columns`), added when that strategy is on and the column is missing; otherwise `train_dataset` unchanged.
+    Batches of similar lengths pad less: the warm-ups' questions run from a few words (short descriptions) to whole
+    sentences (cloze questions), and padding every batch to its longest question wastes most of a step.
+    """
+    column = args.length_column_name
+    if (
+        getattr(args, "train_sampling_strategy", None) != "group_by_length"
+        or not isinstance(train_dataset, datasets.Dataset)
+        or column in train_dataset.column_names
+    ):
+        return train_dataset
+    missing = [c for c in text_columns if c not in train_dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"group_by_length needs the {missing} column(s) of the training data, or a {column!r} column."
+        )
+    lengths = [
+        sum(len(str(value).split()) for value in values)
+        for values in zip(*(train_dataset[c] for c in text_columns), strict=True)
+    ]
+    return train_dataset.add_column(column, lengths)
 
 
 def evaluation_history(trainer) -> list[dict]:
@@ -306,4 +344,5 @@ __all__ = [
     "seed_everything",
     "set_document_embedder_trainable",
     "training_arguments",
+    "with_length_column",
 ]

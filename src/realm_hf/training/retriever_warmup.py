@@ -71,7 +71,8 @@ class RealmRetrieverTrainer(Trainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        for column in ("question", "answers"):
+        # The length column feeds `train_sampling_strategy="group_by_length"` (less padding per batch).
+        for column in ("question", "answers", self.args.length_column_name):
             if column not in self._signature_columns:
                 self._signature_columns.append(column)
 
