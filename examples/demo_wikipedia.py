@@ -52,7 +52,7 @@ def parse_args(argv=None):
     parser.add_argument("--bert", default=None, help="BERT-layout checkpoint to start from (default: MiniLM).")
     parser.add_argument("--max-block-length", type=int, default=128)
     parser.add_argument("--pca-sample", type=int, default=2048, help="Blocks the projection's PCA start reads.")
-    parser.add_argument("--retriever-steps", type=int, default=50, help="Retriever warm-up steps (0: skip).")
+    parser.add_argument("--retriever-steps", type=int, default=200, help="Retriever warm-up steps (0: skip).")
     parser.add_argument("--retriever-batch-size", type=int, default=32)
     parser.add_argument("--retriever-learning-rate", type=float, default=1e-4)
     parser.add_argument("--reader-steps", type=int, default=150, help="Reader warm-up steps (0: skip).")
@@ -194,6 +194,8 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
             seed=args.seed,
             dataloader_num_workers=0,
             disable_tqdm=True,
+            # Batches of similar lengths pad less: questions run from a few words to whole sentences.
+            train_sampling_strategy="group_by_length",
         )
 
     stages = []

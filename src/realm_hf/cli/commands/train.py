@@ -212,8 +212,15 @@ def _train_finetune(config: dict, args) -> dict:
     return metrics
 
 
-_WARMUP_ARGS = ("max_steps", "per_device_train_batch_size", "learning_rate", "warmup_steps", "weight_decay")
-_READER_WARMUP_DATA = ("cloze_per_block", "question_share")
+_WARMUP_ARGS = (
+    "max_steps",
+    "per_device_train_batch_size",
+    "learning_rate",
+    "warmup_steps",
+    "weight_decay",
+    "train_sampling_strategy",
+)
+_READER_WARMUP_DATA = ("cloze_per_block", "question_share", "keep_sentence")
 
 
 def _warmups(model, config: dict, train_dataset) -> None:
