@@ -86,8 +86,6 @@ class RealmPreTrainedModel(PreTrainedModel):
             rebind_model_files,
             record_model_files,
             stale_weight_files,
-            track_saved_index,
-            write_retriever,
         )
 
         # Not transformers' arguments: a tokenizer saved in the same all-or-nothing swap as the weights, and the
@@ -111,10 +109,10 @@ class RealmPreTrainedModel(PreTrainedModel):
             super().save_pretrained(save.staging, *args, **kwargs)
             write_auto_module(save.staging)
             staged_retriever = os.path.join(save.staging, RETRIEVER_SUBFOLDER)
-            rebound = False
+            rebound, written_store = False, None
             if retriever is not None:
-                write_retriever(
-                    retriever, staged_retriever, corpus_format, model_files=record_model_files(save.staging)
+                written_store = retriever.write(
+                    staged_retriever, corpus_format, model_files=record_model_files(save.staging)
                 )
             elif os.path.isdir(retriever_dir):
                 rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
@@ -129,7 +127,7 @@ class RealmPreTrainedModel(PreTrainedModel):
             save.replace = written
             save.remove = stale_weight_files(save_directory, set(written))
         if retriever is not None:
-            track_saved_index(retriever, retriever_dir)
+            retriever.follow_save(written_store, retriever_dir)
 
     def _card_writer(self, save_directory, retriever=None):
         """
