@@ -629,3 +629,10 @@ def test_push_offline_is_a_clear_error(converted, capsys):
     assert run("push", converted, "--repo-id", "me/realm-test", "--corpus-repo-id", "me/corpus") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: Cannot push") and "HF_HUB_OFFLINE" in err
+
+
+def test_the_console_script_and_the_commands_share_their_exit_statuses():
+    import realm_hf_cli
+    from realm_hf.cli import common
+
+    assert (realm_hf_cli.EXIT_OK, realm_hf_cli.EXIT_ERROR) == (common.EXIT_OK, common.EXIT_ERROR)

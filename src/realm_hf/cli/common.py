@@ -11,9 +11,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from realm_hf_cli import EXIT_ERROR, EXIT_OK  # noqa: F401 (re-exported: the statuses every command returns)
-
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+
+# The statuses every command returns: those of `realm_hf_cli` (which runs before this package is imported, so it
+# cannot import them from here; tests/test_cli.py checks they agree).
+EXIT_OK = 0
+EXIT_ERROR = 2  # bad input and usage errors alike: `error: ...` on stderr
 
 logger = logging.getLogger("realm_hf.cli")
 
