@@ -29,9 +29,11 @@ class BlockStore:
     """
     One state of a retriever's knowledge: the blocks ([`BlockCorpus`]), the index over their embeddings
     ([`BlockIndex`], ids are block ids), the id the next added block gets (ids are never reused) and the fingerprint of
-    the embedder that embedded them. Never changed: [`~BlockStore.appended`], [`~BlockStore.without`] and
+    the embedder that embedded them. [`~BlockStore.appended`], [`~BlockStore.without`] and
     [`~BlockStore.with_embeddings`] return new stores, so a search that holds one sees ids, scores, blocks, embeddings
-    and token ids of one state. [`RealmRetriever`] holds the current store and swaps in the next under its lock.
+    and token ids of one state. One exception, for memory: `appended` and `without` reuse the index memory of a store
+    that owns its index in RAM, so the store they are called on must not be searched afterwards (the retriever calls
+    them on its live store under its lock, which its searches also hold). [`RealmRetriever`] holds the current store and swaps in the next under its lock.
 
     Args:
         corpus ([`BlockCorpus`]): The blocks and their stored embeddings.
