@@ -8,13 +8,14 @@ reference is docs/cli.md.
 
 Layout: the entry point and the parser live in the top-level `realm_hf_cli` module (the console script
 `realm-hf = realm_hf_cli:main`), outside this package, so that `--help` imports neither torch nor transformers.
-Here: `main` (runs a parsed command, reports errors; re-exports `main`), `parser` (re-exports the parser), `readers`
+Here: `main` (runs a parsed command, reports errors), `parser` (re-exports the parser), `readers`
 (input files), `models` (loading models), `outputs` (atomic writes), `train_config` (the `train` config file) and
 `commands/` (one module per command). The modules import nothing heavy at module level: torch, transformers,
 datasets and faiss are imported by the command that runs.
 """
 
-from .main import main
+from realm_hf_cli import main
+
 from .train_config import load_train_config
 
 __all__ = ["load_train_config", "main"]
