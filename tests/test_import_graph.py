@@ -3,8 +3,9 @@ No import cycles between the modules of realm_hf, read from the source with `ast
 
 The graph:
 
-- Nodes are the modules under src/realm_hf (`pkg/__init__.py` is the module `pkg`) and the console script
-  src/realm_hf_cli.py (the module `realm_hf_cli`), which the package's CLI imports its parser from.
+- Nodes are the modules under src/realm_hf (`pkg/__init__.py` is the module `pkg`), the console script
+  src/realm_hf_cli.py (the module `realm_hf_cli`) and its parser src/realm_hf_cli_parser.py, which the package's CLI
+  imports its parser, exit statuses and Hub id rule from.
 - Every `import` and `from ... import` statement is an edge, at module level and inside functions and classes alike
   (a function-level import does not break a cycle, it only delays it); relative imports are resolved against the
   importing module. `from P import name` is an edge to the module `P.name` when that is a module, else to `P`.
@@ -41,7 +42,7 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 # Modules outside the package that belong to its graph.
-EXTRA_MODULES = {"realm_hf_cli": os.path.join(SRC, "realm_hf_cli.py")}
+EXTRA_MODULES = {name: os.path.join(SRC, f"{name}.py") for name in ("realm_hf_cli", "realm_hf_cli_parser")}
 
 
 def _modules() -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Running a parsed `realm-hf` command: its settings, its module, and bad input turned into `error: ...` and status 2.
 
-The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch) and calls
-[`run_command`] (`realm_hf.cli.main(argv)` is that entry point, re-exported by the package).
+The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch, with the parser of
+`realm_hf_cli_parser`) and calls [`run_command`] (`realm_hf.cli.main(argv)` is that entry point, re-exported by the
+package).
 """
 
 from __future__ import annotations
