@@ -28,7 +28,16 @@ def test_both_retrievers_have_every_member_of_the_contract(cls):
     ]
     assert not missing, f"{cls.__name__} lacks {missing}"
     search = inspect.signature(cls.search).parameters
-    assert list(search)[:7] == list(inspect.signature(Retriever.search).parameters)[:7]
+    # Every parameter of the contract's search, `questions` (hybrid retrieval) included: the model passes them all.
+    assert list(search) == list(inspect.signature(Retriever.search).parameters)
+
+
+def test_a_dense_retriever_ignores_question_texts():
+    retriever = small_retriever()
+    query = torch.from_numpy(np.eye(2, DIM, dtype=np.float32))
+    plain = retriever.search(query, 3, return_blocks=False)
+    with_texts = retriever.search(query, 3, return_blocks=False, questions=["text 0", "text 1"])
+    assert torch.equal(plain.block_ids, with_texts.block_ids)
 
 
 def small_retriever() -> RealmRetriever:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
@@ -54,8 +55,11 @@ class Retriever(Protocol):
         rerank_factor: int = 1,
         return_embeddings: bool = False,
         return_token_ids: bool = False,
+        questions: Sequence[str] | None = None,
         **search_params,
-    ) -> RealmSearchOutput: ...
+    ) -> RealmSearchOutput:
+        """The top `k` blocks; `questions` (the texts) add BM25 candidates where the retriever holds a BM25 index."""
+        ...
 
     def is_stale(self, embedder: torch.nn.Module) -> bool | None: ...
 

@@ -193,11 +193,13 @@ class ShardedRealmRetriever:
         rerank_factor: int = 1,
         return_embeddings: bool = False,
         return_token_ids: bool = False,
+        questions: Sequence[str] | None = None,
         **search_params,
     ) -> RealmSearchOutput:
         """
         Top-`k` blocks of the whole corpus for this process's questions; a **collective call** (see the class
-        docstring). Arguments and output as [`RealmRetriever.search`]; `k`, `rerank_factor` and the search parameters
+        docstring). Arguments and output as [`RealmRetriever.search`] (`questions` is accepted and unused: the
+        shards hold dense indexes only, no BM25 index); `k`, `rerank_factor` and the search parameters
         must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
         compressed indexes), so for exact indexes (Flat, IVF-Flat probing every list) the result is the single
         retriever's; for approximate ones each shard's index is searched with the same parameters.
