@@ -223,7 +223,8 @@ def test_failed_refresh_keeps_old_index_and_training_goes_on(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(model.retriever, "build_index_state", broken)
+    # What the callback asks of the retriever for a refresh (the contract's `refresh_index_state`).
+    monkeypatch.setattr(model.retriever, "refresh_index_state", broken)
     reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=True, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,
