@@ -22,7 +22,6 @@ from realm_hf.reader_inputs import (
 )
 from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
 from realm_hf.retrieval.encoding import tokenize_block_texts
-from realm_hf.retrieval.mutation import add_blocks
 from realm_hf.retrieval_realm import RealmRetriever
 from realm_hf.training.openqa import DataCollatorForOpenQA
 
@@ -152,7 +151,8 @@ def test_training_losses_identical_to_tokenizing_every_pair(model, stored):
                 retriever.corpus, retriever.export_index_state().index, tokenizer=None, max_block_length=24
             )
             extra = {"title": ["Late"], "text": ["Salt traders came late to Mount Ferrow."], "doc_id": ["late"]}
-            add_blocks(copy, extra, np.ones((1, retriever.embedding_dim), dtype=np.float32))
+            store = copy.store.appended(extra, np.ones((1, retriever.embedding_dim), dtype=np.float32))
+            copy = RealmRetriever.from_store(store, None, copy.max_block_length)
             assert copy.corpus[-1][TOKEN_IDS_COLUMN] is None  # stored without ids: tokenized when retrieved
             copy.tokenizer = tokenizer
             model.set_retriever(copy)

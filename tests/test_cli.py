@@ -659,3 +659,10 @@ def test_train_runs_the_warmups_before_fine_tuning(converted, tmp_path, capsys):
     before, after = RealmForOpenQA.from_pretrained(converted), RealmForOpenQA.from_pretrained(output)
     changed = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # noqa: E731
     assert changed(before.embedder, after.embedder) and changed(before.reader, after.reader)
+
+
+def test_the_console_script_and_the_commands_share_their_exit_statuses():
+    import realm_hf_cli
+    from realm_hf.cli import common
+
+    assert (realm_hf_cli.EXIT_OK, realm_hf_cli.EXIT_ERROR) == (common.EXIT_OK, common.EXIT_ERROR)

@@ -104,12 +104,34 @@ def test_model_trains_and_answers_through_the_hybrid_retriever_and_it_follows_up
     assert torch.isfinite(out.loss)
     answers = model.answer([q["question"] for q in QUESTIONS])
     assert len(answers) == len(QUESTIONS)
-    # Removing a block: the next search re-indexes BM25 and never returns it.
+    # Removing a block re-indexes BM25 in the same step (one store holds both indexes): it is never returned.
+    dense = model.retriever
     removed = int(hybrid.sparse.block_ids[0])
     hybrid.remove_blocks([removed])
-    assert hybrid.sync() is True
     assert removed not in hybrid.sparse.block_ids.tolist()
-    assert hybrid.sync() is False
+    assert np.array_equal(hybrid.sparse.block_ids, hybrid.block_ids)
+    assert dense is hybrid
+
+
+def test_the_bm25_index_follows_added_documents_and_the_dense_retriever_shares_the_store():
+    model = make_model(train_document_embedder=False)
+    dense = model.retriever
+    hybrid = HybridRealmRetriever(dense, sparse_k=3)
+    # Built over `dense`, the hybrid shares its live store: a change through either is seen by both.
+    assert hybrid.store is dense.store and dense.store.sparse is hybrid.sparse
+    new_ids = dense.add_documents(
+        [{"title": "Zorblax", "text": "zorblax quintessential marmalade volcano", "doc_id": 99}],
+        model.embedder,
+        show_progress=False,
+    )
+    assert hybrid.store is dense.store
+    assert np.array_equal(hybrid.sparse.block_ids, hybrid.block_ids)
+    ids, _ = hybrid.sparse.search(["zorblax marmalade"], 1)
+    assert ids[0, 0] in new_ids
+    # The new block is a BM25 candidate of a question naming its rare words, whatever its dense score.
+    query = torch.zeros(1, dense.embedding_dim)
+    out = hybrid.search(query, 1, questions=["zorblax marmalade"])
+    assert set(new_ids) & set(out.block_ids[0].tolist())
 
 
 def test_saved_with_the_dense_index_under_one_manifest_and_checked(tmp_path):

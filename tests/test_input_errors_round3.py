@@ -367,6 +367,20 @@ def test_legacy_positional_constructor_says_what_replaces_it(legacy_retriever):
         RealmRetriever(records, legacy_retriever.tokenizer)
 
 
+def test_legacy_keyword_constructor_says_what_replaces_it_too(legacy_retriever):
+    """`RealmRetriever(block_records=..., tokenizer=...)` gets the positional form's message, not Python's own."""
+    from realm_hf.retrieval_realm import RealmRetriever
+
+    records = np.array([text.encode() for text in LEGACY_RECORDS], dtype=object)
+    with pytest.raises(TypeError, match=r"transformers 4 constructor.*from_legacy.*from_documents"):
+        RealmRetriever(block_records=records, tokenizer=legacy_retriever.tokenizer)
+    # Any other unknown keyword is still refused by name, and the parts are required.
+    with pytest.raises(TypeError, match="unexpected keyword argument.*colour"):
+        RealmRetriever(legacy_retriever.corpus, legacy_retriever.index, colour="red")
+    with pytest.raises(TypeError, match="needs a `corpus`"):
+        RealmRetriever(tokenizer=legacy_retriever.tokenizer)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The CLI's readers and outputs
 # ------------------------------------------------------------------------------------------------------------------

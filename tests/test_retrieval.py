@@ -265,7 +265,7 @@ def test_ivf_pq_rerank_is_exact_top_k_and_reads_vectors_in_pieces(monkeypatch):
     texts = [f"block {i}" for i in range(len(vectors))]
     approx = RealmRetriever.from_embeddings(vectors, texts, index="IVF16,PQ8", block_ids=np.arange(3000) * 2 + 5)
     assert type(faiss.downcast_index(approx.index)).__name__ == "IndexIVFPQ"  # ids in the lists: 8 bytes, not 16
-    assert approx._corpus.dataset.cache_files  # the stored vectors are a memory-mapped file, not anonymous memory
+    assert approx.store.corpus.dataset.cache_files  # the stored vectors are a memory-mapped file, not anonymous memory
     gathered = []
     gather = corpus_module.BlockCorpus._gather
 
@@ -321,7 +321,7 @@ def test_save_load_round_trip(retriever, embedder, tokenizer, tmp_path, corpus_f
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same embedder: not stale
         loaded = RealmRetriever.from_pretrained(tmp_path, embedder=embedder)
-    assert loaded._index_source is not None  # the index's flat codes are memory-mapped
+    assert loaded.store.index.source is not None  # the index's flat codes are memory-mapped
     queries = embed_questions(embedder, tokenizer, ["lighthouse of port estrel", "garbage collector", "wool market"])
     a, b = retriever.search(queries, k=6), loaded.search(queries, k=6)
     assert torch.equal(a.block_ids, b.block_ids) and torch.equal(a.scores, b.scores)

@@ -60,8 +60,8 @@ def two_processes(tmp_path_factory):
 
 def expected_search(full, case, rank, **params):
     queries = worker.questions(case)[rank]
-    out = full.search(queries, worker.K, return_embeddings=True, **params)
-    return out, full.get_block_token_ids(out.block_ids)
+    out = full.search(queries, worker.K, return_embeddings=True, return_token_ids=True, **params)
+    return out, (out.block_token_ids, out.block_token_lengths)
 
 
 def assert_same_search(got: dict, expected, exact_scores: bool):
@@ -283,7 +283,6 @@ def test_building_before_the_process_group_exists_is_refused(full_retrievers, mo
 
 
 def test_a_sharded_save_replaces_what_the_folder_held_all_or_nothing(full_retrievers, tmp_path, monkeypatch):
-    import realm_hf.retrieval.sharded_serialization as sharded_serialization
 
     full = full_retrievers["Flat"]
     folder = tmp_path / "corpus"
@@ -303,10 +302,10 @@ def test_a_sharded_save_replaces_what_the_folder_held_all_or_nothing(full_retrie
     def failing_write(shard, directory, *args):
         if directory.endswith("shard-00001-of-00003"):
             raise OSError("disk full")
-        return write_retriever(shard, directory, *args)
+        return write(shard, directory, *args)
 
-    write_retriever = sharded_serialization.write_retriever
-    monkeypatch.setattr(sharded_serialization, "write_retriever", failing_write)
+    write = RealmRetriever.write
+    monkeypatch.setattr(RealmRetriever, "write", failing_write)
     with pytest.raises(OSError, match="disk full"):
         ShardedRealmRetriever.from_retriever(full, num_shards=3).save_pretrained(folder)
     assert (folder / "sharded_retriever_manifest.json").read_bytes() == before

@@ -223,7 +223,8 @@ def test_failed_refresh_keeps_old_index_and_training_goes_on(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(model.retriever, "build_index_state", broken)
+    # What the callback asks of the retriever for a refresh (the contract's `refresh_index_state`).
+    monkeypatch.setattr(model.retriever, "refresh_index_state", broken)
     reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=True, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,
@@ -367,17 +368,17 @@ def test_refresh_metrics_reach_integrations_and_not_later_evaluation(tmp_path):
 
 
 def test_checkpoints_write_the_index_once(tmp_path, monkeypatch):
-    from realm_hf.retrieval import serialization
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     model = make_model()
     writes = []
-    write = serialization.write_retriever  # what writes a retriever folder, for the model's save or its own
+    write = RealmRetriever.write  # what writes a retriever folder, for the model's save or its own
 
     def counting_write(retriever, directory, *args, **kwargs):
         writes.append(os.path.relpath(str(directory), str(tmp_path)).split(os.sep)[0])
         return write(retriever, directory, *args, **kwargs)
 
-    monkeypatch.setattr(serialization, "write_retriever", counting_write)
+    monkeypatch.setattr(RealmRetriever, "write", counting_write)
     reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,

@@ -87,8 +87,6 @@ class RealmPreTrainedModel(PreTrainedModel):
             record_model_files,
             record_num_blocks,
             stale_weight_files,
-            track_saved_index,
-            write_retriever,
         )
 
         # Not transformers' arguments: a tokenizer saved in the same all-or-nothing swap as the weights, and the
@@ -118,13 +116,13 @@ class RealmPreTrainedModel(PreTrainedModel):
             super().save_pretrained(save.staging, *args, **kwargs)
             write_auto_module(save.staging)
             staged_retriever = os.path.join(save.staging, RETRIEVER_SUBFOLDER)
-            rebound = False
+            rebound, written_store = False, None
             if retriever is not None:
-                manifest = write_retriever(
-                    retriever, staged_retriever, corpus_format, model_files=record_model_files(save.staging)
+                written_store = retriever.write(
+                    staged_retriever, corpus_format, model_files=record_model_files(save.staging)
                 )
                 # From the corpus as written (the retriever's locked state), not from before: see record_num_blocks.
-                record_num_blocks(self.config, save.staging, manifest["num_blocks"])
+                record_num_blocks(self.config, save.staging, len(written_store))
             elif os.path.isdir(retriever_dir):
                 rebound = rebind_model_files(retriever_dir, staged_retriever, record_model_files(save.staging))
             if write_extra is not None:
@@ -138,7 +136,7 @@ class RealmPreTrainedModel(PreTrainedModel):
             save.replace = written
             save.remove = stale_weight_files(save_directory, set(written))
         if retriever is not None:
-            track_saved_index(retriever, retriever_dir)
+            retriever.follow_save(written_store, retriever_dir)
 
     def _card_writer(self, save_directory, retriever=None):
         """

@@ -16,7 +16,7 @@ from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
 from .openqa_answers import _best_spans, check_finite_reader_logits, collect_answers
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .openqa_retrieval import load_retriever_for_checkpoint, reorder_search, search_with_embeddings  # noqa: F401 (re-exported)
+from .openqa_retrieval import load_retriever_for_checkpoint
 from .precision import autocast
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
@@ -47,8 +47,8 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
     Args:
         config ([`RealmConfig`]): Model configuration.
         retriever ([`RealmRetriever`], *optional*):
-            The knowledge corpus and its index. Anything with `search(question_embeddings, k)`,
-            `get_block_embeddings(block_ids)`, `get_block_texts(block_ids)` and a `tokenizer` works.
+            The knowledge corpus and its index: anything that satisfies the [`Retriever`] contract
+            ([`RealmRetriever`], [`ShardedRealmRetriever`]).
 
     Example:
 
@@ -191,11 +191,11 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 (memory-mapped on load) or `"parquet"` (shards any Parquet tool reads; what
                 [`~RealmForOpenQA.push_to_hub`] uploads). See [`RealmRetriever.save_pretrained`].
         """
-        if hasattr(self.retriever, "__len__"):
+        if self.retriever is not None:
             # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
             self.config.num_block_records = len(self.retriever)
         retriever = self.retriever if save_retriever else None
-        if getattr(retriever, "is_sharded", False):
+        if retriever is not None and retriever.collective:
             # One process saves a model, but every process holds a part of a sharded corpus: its save is collective.
             logger.warning(
                 "The model's retriever is sharded across processes: it is not saved with the model. Save it with "
@@ -310,7 +310,13 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         question_projection = self.embed_questions(input_ids, attention_mask, token_type_ids)
         # Training retrieves the searcher beam for the retrieval loss; inference retrieves what it reads.
         k = min(self.searcher_beam_size if self.training or num_blocks is None else num_blocks, len(retriever))
-        search = self._search_blocks(retriever, tokenizer, question_projection.detach(), k, questions)
+        reader_beam_size = min(reader_beam_size, k)
+        # One search gives everything read about the blocks, from one state of the corpus: their stored embeddings (the
+        # retrieval score) and, for a searcher beam wider than what is read, their token ids (to find the answers in
+        # it without tokenizing every pair).
+        search = self._search_blocks(
+            retriever, tokenizer, question_projection.detach(), k, questions, return_token_ids=k > reader_beam_size
+        )
         block_ids = search.block_ids
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
@@ -328,25 +334,20 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                 "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
             )
 
-        reader_beam_size = min(reader_beam_size, k)
-
-        def read_inputs(block_ids, blocks):
+        def read_inputs(search):
             # Pairs for the blocks read; whether each block of the searcher beam holds an answer, from the corpus's
             # stored token ids (tokenizing thousands of pairs per question dominated a training step).
             return build_beam_reader_inputs(
                 tokenizer,
                 questions,
-                retriever,
-                block_ids,
+                search,
                 answer_ids,
                 max_length=self.config.reader_seq_len,
                 reader_beam_size=reader_beam_size,
                 return_offsets_mapping=getattr(tokenizer, "is_fast", False),
-                # The texts of the blocks this search found (a later lookup could see documents removed meanwhile).
-                block_texts=[[block["text"] for block in row] for row in blocks],
             ).to(self.reader.device)
 
-        reader_inputs = read_inputs(block_ids, search.blocks)
+        reader_inputs = read_inputs(search)
         order = None
         positive = self.training and getattr(self.config, "reader_beam_positive", False)
         if positive and reader_inputs.has_answers is not None:
@@ -354,10 +355,10 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
         if order is not None:
             # A block holding an answer from further down the searcher beam is read in the last place; the retrieval
             # loss is a marginal over the whole beam, so only the order changes.
-            search = reorder_search(search, order)
+            search = search.reordered(order)
             block_ids = search.block_ids
             relevance_score = relevance_score.gather(1, order.to(relevance_score.device))
-            reader_inputs = read_inputs(block_ids, search.blocks)
+            reader_inputs = read_inputs(search)
         reader_output = self.reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],

@@ -52,8 +52,7 @@ class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMi
     Args:
         config ([`RealmConfig`]): Model configuration.
         retriever ([`RealmRetriever`], *optional*):
-            The knowledge corpus. Anything with `search(query_embeddings, k)` (returning `block_ids` and `blocks`
-            with `title`/`text`), `__len__` and a `tokenizer` works.
+            The knowledge corpus: anything that satisfies the [`Retriever`] contract.
         tokenizer (*optional*): Tokenizer for the blocks; defaults to `retriever.tokenizer`.
 
     Example:
@@ -178,9 +177,7 @@ class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMi
         k = min(num_blocks + max((len(s) for s in sources), default=0), len(retriever))
         search = retriever.search(query_embeddings.detach().to("cpu", torch.float32), k)
         found_ids = search.block_ids.tolist()
-        found_blocks = getattr(search, "blocks", None)
-        if found_blocks is None:
-            found_blocks = retriever.get_blocks(search.block_ids)
+        found_blocks = search.blocks
         block_ids, blocks = [], []
         for b in range(batch_size):
             row_ids, row_blocks = [], []

@@ -11,7 +11,6 @@ import copy
 import torch
 
 from .modeling_embedder import RealmEmbedder
-from .openqa_retrieval import search_with_embeddings
 from .retrieval.encoding import tokenize_blocks
 
 
@@ -123,33 +122,40 @@ class RealmOpenQADocumentEmbedderMixin:
         )
         return stored if fresh is None else torch.cat([fresh, stored], dim=1)
 
-    def _search_blocks(self, retriever, tokenizer, question_embeddings: torch.Tensor, k: int, questions=None):
+    def _search_blocks(
+        self,
+        retriever,
+        tokenizer,
+        question_embeddings: torch.Tensor,
+        k: int,
+        questions=None,
+        return_token_ids: bool = False,
+    ):
         """
-        The top `k` blocks of each question with their embeddings: the index's own top `k`, or, with
+        The top `k` blocks of each question with their embeddings (and, on request, token ids; with the question texts,
+        a hybrid retriever adds its BM25 candidates): the index's own top `k`, or, with
         `config.rerank_beam_size = L`, the best `k` of the index's top `L` re-scored with the current document
         embedder (Atlas's re-ranking: a stale index over-retrieves, the live embedder orders). The re-scored blocks
         carry their fresh embeddings (no gradient) and scores; evaluation and training alike.
         """
         beam = getattr(self.config, "rerank_beam_size", None)
+        search_options = {"return_embeddings": True, "return_token_ids": return_token_ids, "questions": questions}
         if beam is None:
-            return search_with_embeddings(retriever, question_embeddings, k, questions)
+            return retriever.search(question_embeddings, k, **search_options)
         if self.document_embedder is None:
             raise ValueError(
                 f"`config.rerank_beam_size={beam}` re-scores retrieved blocks with the model's document embedder, "
                 "but the model has none: add one with `model.add_document_embedder()` (end-to-end training), or set "
                 "`rerank_beam_size` to None (a frozen index needs no re-ranking)."
             )
-        search = search_with_embeddings(retriever, question_embeddings, min(max(beam, k), len(retriever)), questions)
+        search = retriever.search(question_embeddings, min(max(beam, k), len(retriever)), **search_options)
         with torch.no_grad():
             fresh = self._embed_blocks(tokenizer, search.blocks).to(question_embeddings.device)
             scores = torch.einsum("bd,bkd->bk", question_embeddings.float(), fresh.float())
         # Blocks the index could not fill (-1) stay last.
         scores = scores.masked_fill(search.block_ids.to(scores.device) < 0, float("-inf"))
         order = scores.topk(min(k, scores.shape[1]), dim=1).indices
-        gather = lambda t: t.gather(1, order.to(t.device))  # noqa: E731
-        return type(search)(
-            block_ids=gather(search.block_ids),
-            scores=gather(scores),
-            blocks=[[row[i] for i in row_order] for row, row_order in zip(search.blocks, order.tolist())],
-            block_embeddings=fresh.gather(1, order.unsqueeze(-1).expand(-1, -1, fresh.shape[-1])),
-        )
+        reranked = search.reordered(order)  # ids, blocks and token ids in the new order
+        reranked.scores = scores.gather(1, order)
+        reranked.block_embeddings = fresh.gather(1, order.unsqueeze(-1).expand(-1, -1, fresh.shape[-1]))
+        return reranked

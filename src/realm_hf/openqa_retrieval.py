@@ -1,15 +1,11 @@
 """
 How [`RealmForOpenQA`] reaches its corpus: the retriever that belongs to a checkpoint (its `retriever/` folder, a Hub
-repo, a legacy `block_emb`, the corpus its config names), and one search that also returns the blocks' embeddings.
+repo, a legacy `block_emb`, the corpus its config names).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
-from typing import TYPE_CHECKING
-
-import torch
 
 from .constants import LEGACY_BLOCK_RECORDS
 from .logging_utils import get_logger
@@ -18,51 +14,10 @@ from .retrieval.legacy import load_legacy_block_emb, pickle_allowed
 from .retriever_loading import load_retriever_for_model
 from .tokenization_realm import check_vocabulary
 
-if TYPE_CHECKING:
-    from .modeling_openqa import RealmForOpenQA
-
 logger = get_logger(__name__)
 
 
-def search_with_embeddings(retriever, question_embeddings: torch.Tensor, k: int, questions: list[str] | None = None):
-    """
-    `retriever.search(question_embeddings, k)` with the retrieved blocks' stored embeddings (`block_embeddings`).
-
-    A [`RealmRetriever`] looks ids, blocks and embeddings up in one locked step, so they come from one state of
-    the corpus and index even while another thread swaps the index or adds and removes documents. Other retrievers
-    (anything with `search` and `get_block_embeddings`) are asked for the embeddings in a second call.
-    """
-    parameters = inspect.signature(retriever.search).parameters
-    if questions is not None and "questions" in parameters:
-        # A retriever that also searches by text (`retrieval.sparse.HybridRealmRetriever`).
-        return retriever.search(question_embeddings, k, questions=questions, return_embeddings=True)
-    if "return_embeddings" in parameters:
-        return retriever.search(question_embeddings, k, return_embeddings=True)
-    search = retriever.search(question_embeddings, k)
-    search.block_embeddings = retriever.get_block_embeddings(search.block_ids)
-    return search
-
-
-def reorder_search(search, order: torch.LongTensor):
-    """
-    `search` (a [`~realm_hf.retrieval.searching.RealmSearchOutput`]) with each question's results in a new order:
-    `order[b]` lists, for each new place, the old place of question `b`'s result.
-    """
-    gather = lambda t: None if t is None else t.gather(1, order.to(t.device))  # noqa: E731
-    embeddings = search.block_embeddings
-    if embeddings is not None:
-        embeddings = embeddings.gather(1, order.to(embeddings.device).unsqueeze(-1).expand_as(embeddings))
-    return type(search)(
-        block_ids=gather(search.block_ids),
-        scores=gather(search.scores),
-        blocks=[[row[i] for i in row_order] for row, row_order in zip(search.blocks, order.tolist())],
-        block_embeddings=embeddings,
-    )
-
-
-def load_retriever_for_checkpoint(
-    model: RealmForOpenQA, path, allow_pickle: bool = False, verify_checksums: bool = True, **kwargs
-):
+def load_retriever_for_checkpoint(model, path, allow_pickle: bool = False, verify_checksums: bool = True, **kwargs):
     """Find the corpus that belongs to a checkpoint: a saved `retriever/` folder, or a legacy `block_emb` buffer."""
     path = str(path)
     if not os.path.isdir(path):

@@ -255,13 +255,11 @@ def build_reader_inputs(
 def build_beam_reader_inputs(
     tokenizer,
     questions: Sequence[str],
-    retriever,
-    block_ids: torch.LongTensor,
+    search,
     answer_ids: list[list[list[int]]] | None,
     max_length: int | None,
     reader_beam_size: int,
     return_offsets_mapping: bool = False,
-    block_texts: list[list[str]] | None = None,
 ) -> RealmReaderInputs:
     """
     Reader inputs for the first `reader_beam_size` of the `k` blocks retrieved per question, and whether each of the
@@ -269,46 +267,41 @@ def build_beam_reader_inputs(
     rows, padded to the same length; `has_answers` for all `k`), without tokenizing the `k - reader_beam_size` pairs
     that are never read.
 
-    The blocks' wordpiece ids come from the corpus (`retriever.get_block_token_ids`, stored when the corpus was built).
+    The blocks' wordpiece ids come from the search (`return_token_ids=True`: stored when the corpus was built).
     An answer counts where [`find_answer_spans`] would find it in the pair: inside the part of the block the pair keeps
     after truncation ([`truncated_pair_lengths`]), before any `[SEP]`. The pairs that are read are checked against
     the stored ids (layout, truncation, the ids themselves, the answers found); if they disagree (e.g. the tokenizer
     changed since the corpus was built) every pair is tokenized, with a warning. So are the inputs this shortcut does
     not cover: `k <= reader_beam_size`, non-🤗-Tokenizers tokenizers, left truncation or padding, a pair template other
-    than `[CLS] A [SEP] B [SEP]`, `[SEP]` in a question or answer, and retrievers without `get_block_token_ids`.
+    than `[CLS] A [SEP] B [SEP]`, `[SEP]` in a question or answer, and searches without token ids.
 
     Args:
         tokenizer: The retriever's BERT WordPiece tokenizer.
         questions (`list[str]`): One question per batch element.
-        retriever: Gives `get_block_texts(block_ids)` and, for the shortcut, `get_block_token_ids(block_ids)`.
-        block_ids (`torch.LongTensor` of shape `(batch_size, k)`): The retrieved blocks, best first.
+        search ([`RealmSearchOutput`]): The retrieved blocks (`block_ids` of shape `(batch_size, k)`, best first, and
+            their `blocks`) and, for the shortcut, their `block_token_ids` / `block_token_lengths`.
         answer_ids (`list[list[list[int]]]`, *optional*): Gold answers of each question as wordpiece ids.
         max_length (`int`, *optional*): Truncation length of a pair (`config.reader_seq_len`).
         reader_beam_size (`int`): Blocks read per question.
         return_offsets_mapping (`bool`): Also return character offsets (fast tokenizers only).
-        block_texts (`list[list[str]]`, *optional*): The texts of `block_ids`, as the search that found them returned
-            them (one state of the corpus, also while another thread adds or removes documents); looked up in
-            `retriever` if not given.
 
     Returns:
         [`RealmReaderInputs`] with `reader_beam_size` rows per question, and `has_answers` of shape `(batch_size, k)`.
     """
-    batch_size, k = block_ids.shape
+    batch_size, k = search.block_ids.shape
     read = min(reader_beam_size, k)
-
-    if block_texts is None:
-        block_texts = retriever.get_block_texts(block_ids)
+    block_texts = [[block["text"] for block in row] for row in search.blocks]
 
     def every_pair():
         return build_reader_inputs(tokenizer, questions, block_texts, answer_ids, max_length, return_offsets_mapping)
 
     sep = getattr(tokenizer, "sep_token_id", None)
-    if not _token_ids_shortcut_applies(tokenizer, retriever, k, read, max_length, answer_ids):
+    if search.block_token_ids is None or not _token_ids_shortcut_applies(tokenizer, k, read, max_length, answer_ids):
         return every_pair()
     question_ids = tokenizer_call(tokenizer, list(questions), add_special_tokens=False, verbose=False)["input_ids"]
     if any(sep in ids for ids in question_ids):
         return every_pair()
-    tokens, lengths = retriever.get_block_token_ids(block_ids)
+    tokens, lengths = search.block_token_ids, search.block_token_lengths
     tokens, lengths = tokens.to(torch.long), lengths.to(torch.long)
     question_lengths = torch.tensor([len(ids) for ids in question_ids], dtype=torch.long).unsqueeze(-1)
     num_special = tokenizer.num_special_tokens_to_add(pair=True)
@@ -351,8 +344,8 @@ def build_beam_reader_inputs(
     return inputs
 
 
-def _token_ids_shortcut_applies(tokenizer, retriever, k, read, max_length, answer_ids) -> bool:
-    if read >= k or max_length is None or not hasattr(retriever, "get_block_token_ids"):
+def _token_ids_shortcut_applies(tokenizer, k, read, max_length, answer_ids) -> bool:
+    if read >= k or max_length is None:
         return False
     if not getattr(tokenizer, "is_fast", False) or tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         return False

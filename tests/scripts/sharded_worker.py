@@ -67,8 +67,8 @@ def sharded_searches(sharded, rank: int, params: dict) -> list[dict]:
     results = []
     for case in range(len(BATCHES)):
         mine = torch.from_numpy(questions(case)[rank])
-        out = sharded.search(mine, K, return_embeddings=True, **params)
-        results.append(dump({"out": out, "token_ids": sharded.get_block_token_ids(out.block_ids)}))
+        out = sharded.search(mine, K, return_embeddings=True, return_token_ids=True, **params)
+        results.append(dump({"out": out, "token_ids": (out.block_token_ids, out.block_token_lengths)}))
     return results
 
 
@@ -101,6 +101,7 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     """A few Open-QA training steps retrieving through shards, the document embedder refreshing each shard locally."""
     from tiny_openqa import QUESTIONS, end_to_end_model  # this script's folder: run as a script only
 
+    import realm_hf.retrieval.retriever as retriever_module
     from realm_hf import ShardedRealmRetriever
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import DataCollatorForOpenQA
@@ -113,7 +114,7 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     def no_gathering(*args, **kwargs):
         raise AssertionError("a sharded refresh must not gather embeddings")
 
-    RealmReindexCallback._gather = no_gathering
+    retriever_module.gather_rows = no_gathering
     collator = DataCollatorForOpenQA(sharded.tokenizer)
     loader = DataLoader(QUESTIONS, batch_size=len(QUESTIONS) // accelerator.num_processes, collate_fn=collator)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)

@@ -6,15 +6,16 @@ REALM pre-training from a config file), `evaluate` (EM, F1, recall@k), `convert`
 and `push` (publish to the Hub). `realm-hf <command> --help` shows each command's options and examples; the full
 reference is docs/cli.md.
 
-Layout: the entry point and the parser live in the top-level `realm_hf_cli` module (the console script
-`realm-hf = realm_hf_cli:main`), outside this package, so that `--help` imports neither torch nor transformers.
-Here: `main` (runs a parsed command, reports errors; re-exports `main`), `parser` (re-exports the parser), `readers`
+Layout: the entry point and the parser live in the top-level modules `realm_hf_cli` (the console script
+`realm-hf = realm_hf_cli:main`) and `realm_hf_cli_parser`, outside this package, so that `--help` imports neither torch nor transformers.
+Here: `main` (runs a parsed command, reports errors), `parser` (re-exports the parser), `readers`
 (input files), `models` (loading models), `outputs` (atomic writes), `train_config` (the `train` config file) and
 `commands/` (one module per command). The modules import nothing heavy at module level: torch, transformers,
 datasets and faiss are imported by the command that runs.
 """
 
-from .main import main
+from realm_hf_cli import main
+
 from .train_config import load_train_config
 
 __all__ = ["load_train_config", "main"]

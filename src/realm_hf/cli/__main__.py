@@ -2,6 +2,6 @@
 
 import sys
 
-from .main import main
+from realm_hf_cli import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from realm_hf_cli import EXIT_ERROR, EXIT_OK, is_hub_id  # noqa: F401 (re-exported: statuses, the Hub id rule)
+from realm_hf_cli_parser import EXIT_ERROR, EXIT_OK, is_hub_id  # noqa: F401 (re-exported: statuses, the Hub id rule)
 
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 from ..logging_utils import get_logger

@@ -1,7 +1,8 @@
 """Running a parsed `realm-hf` command: its settings, its module, and bad input turned into `error: ...` and status 2.
 
-The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch) and calls
-[`run_command`]; it is re-exported here so that `realm_hf.cli.main(argv)` keeps working.
+The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch, with the parser of
+`realm_hf_cli_parser`) and calls [`run_command`] (`realm_hf.cli.main(argv)` is that entry point, re-exported by the
+package).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import importlib
 import logging
 import sys
 import traceback
-
-from realm_hf_cli import main
 
 from .common import EXIT_ERROR, State, library_progress_bars
 
@@ -41,4 +40,4 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-__all__ = ["main", "run_command"]
+__all__ = ["run_command"]

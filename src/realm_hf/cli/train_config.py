@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from realm_hf_cli import TRAIN_KEYS  # defined with the parser, whose `train --help` lists them
+from realm_hf_cli_parser import TRAIN_KEYS  # defined with the parser, whose `train --help` lists them
 
 from .common import CLIError, is_hub_id
 

@@ -1,15 +1,19 @@
 """
-REALM's knowledge corpus by job: chunking, encoding, corpus, index, building, search, mutation, serialization,
-integrity, legacy, conversion, sharding across processes.
+REALM's knowledge corpus by concept: blocks (chunking, encoding, corpus), the index, the store (one state of corpus
+and index), the retriever over it and its contract, building, saving (serialization, integrity), legacy checkpoints
+and conversion, and sharding across processes.
 """
 
 import importlib
 
 # Names resolved on first use, so that `realm_hf.retrieval.legacy` (used by model code) loads without faiss/datasets.
 _EXPORTS = {
+    "BlockStore": "store",
+    "BuildOptions": "building",
     "RealmIndexState": "retriever",
     "RealmRetriever": "retriever",
-    "RealmSearchOutput": "retriever",
+    "RealmSearchOutput": "searching",
+    "Retriever": "contract",
     "ShardedIndexState": "sharding",
     "ShardedRealmRetriever": "sharding",
     "block_spans": "chunking",

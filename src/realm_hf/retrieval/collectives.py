@@ -148,3 +148,22 @@ class ShardGroup:
 def describe(error: BaseException) -> str:
     """An exception as the one line other processes are told."""
     return f"{type(error).__name__}: {error}"
+
+
+def row_bounds(num_rows: int, num_parts: int) -> list[int]:
+    """Contiguous split of `num_rows` rows into `num_parts` parts: part `i` is rows `bounds[i]:bounds[i + 1]`."""
+    return [num_rows * i // num_parts for i in range(num_parts + 1)]
+
+
+def gather_rows(rows: torch.Tensor, bounds: list[int], group) -> torch.Tensor:
+    """
+    Every process's share of a row-split matrix (process `r` holds rows `bounds[r]:bounds[r + 1]`), gathered in row
+    order on every process over `group` (a gloo group of `torch.distributed`).
+    """
+    # all_gather needs equal shapes: pad every share to the largest, then cut each back.
+    sizes = [bounds[r + 1] - bounds[r] for r in range(len(bounds) - 1)]
+    padded = torch.zeros(max(sizes), rows.shape[1], dtype=torch.float32)
+    padded[: rows.shape[0]] = rows.float().cpu()
+    shares = [torch.empty_like(padded) for _ in sizes]
+    torch.distributed.all_gather(shares, padded, group=group)
+    return torch.cat([share[:size] for share, size in zip(shares, sizes)])

@@ -175,18 +175,32 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
     return {"block_id": block_ids, "doc_id": block_ids, "title": [""] * n, "text": texts}, block_emb
 
 
-def check_constructor_arguments(corpus, index) -> None:
+def check_constructor_arguments(corpus, index, unknown: dict | None = None) -> None:
     """
-    Refuse the transformers 4 constructor `RealmRetriever(block_records, tokenizer)` with what replaces it, instead
-    of failing deep inside with an AttributeError on a numpy array.
+    Refuse the transformers 4 constructor `RealmRetriever(block_records, tokenizer)`, positional or with keywords
+    (`block_records=...`, given in `unknown`, the keyword arguments `RealmRetriever` does not take), with what replaces
+    it, instead of failing deep inside with an AttributeError on a numpy array or with Python's "unexpected keyword
+    argument"; then any other unknown keyword and a missing `corpus` / `index`.
     """
-    if isinstance(corpus, (np.ndarray, list, tuple)) or hasattr(index, "convert_tokens_to_ids"):
+    unknown = unknown or {}
+    if (
+        "block_records" in unknown
+        or isinstance(corpus, (np.ndarray, list, tuple))
+        or hasattr(index, "convert_tokens_to_ids")
+    ):
         raise TypeError(
             "RealmRetriever(block_records, tokenizer) is the transformers 4 constructor; realm-hf's retriever holds a "
             "corpus (`datasets.Dataset`) and a FAISS index. Build one with `RealmRetriever.from_legacy(legacy_dir, "
             "tokenizer=tokenizer, allow_pickle=True)` for a legacy checkpoint's block_records.npy and block_emb, or "
             "`RealmRetriever.from_documents(documents, embedder, tokenizer)` / `from_texts(texts, embedder, "
             "tokenizer)` for new text (docs/migration.md)."
+        )
+    if unknown:
+        raise TypeError(f"RealmRetriever() got unexpected keyword argument(s): {', '.join(sorted(unknown))}.")
+    if corpus is None or index is None:
+        raise TypeError(
+            "RealmRetriever() needs a `corpus` (`datasets.Dataset`) and an `index` (FAISS); to build both, use "
+            "`RealmRetriever.from_documents(documents, embedder, tokenizer)` or `RealmRetriever.from_pretrained(path)`."
         )
 
 

@@ -1,30 +1,21 @@
-"""Searching a retriever: question checks, one FAISS call and the block lookups under its lock, PQ/SQ re-scoring."""
+"""What a search takes and gives: the checks of question embeddings and `k`, and [`RealmSearchOutput`]."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
-from ..logging_utils import get_logger
 from ..text_inputs import check_positive_int
-from .corpus import as_id_array, pad_token_ids
-from .encoding import tokenize_block_texts
-from .index import get_search_param, is_exact, normalize_search_params
-
-if TYPE_CHECKING:
-    from .retriever import RealmRetriever
-
-logger = get_logger(__name__)
 
 
 @dataclass
 class RealmSearchOutput(ModelOutput):
     """
-    Output of [`RealmRetriever.search`].
+    Output of a retriever's `search` ([`RealmRetriever.search`], [`ShardedRealmRetriever.search`]): everything the
+    model reads about the retrieved blocks, from one state of the corpus and index, so nothing is looked up afterwards.
 
     Args:
         block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
@@ -40,36 +31,45 @@ class RealmSearchOutput(ModelOutput):
         block_embeddings (`torch.FloatTensor` of shape `(batch_size, k, dim)`, *optional*):
             The stored embeddings of the retrieved blocks (zeros for `-1`), from the same state of the corpus as
             `block_ids`, when asked for with `return_embeddings=True` (what the model re-scores them with).
+        block_token_ids (`torch.Tensor` of shape `(batch_size, k, longest)`, *optional*):
+            The wordpiece ids of each block's text as the reader reads it (int32, padded with -1), when asked for with
+            `return_token_ids=True` (how training finds the answers in the searcher beam).
+        block_token_lengths (`torch.LongTensor` of shape `(batch_size, k)`, *optional*):
+            The number of ids of each block in `block_token_ids`.
     """
 
     block_ids: torch.LongTensor | None = None
     scores: torch.FloatTensor | None = None
     blocks: list[list[dict]] | None = None
     block_embeddings: torch.FloatTensor | None = None
+    block_token_ids: torch.Tensor | None = None
+    block_token_lengths: torch.LongTensor | None = None
 
+    def reordered(self, order: torch.LongTensor) -> RealmSearchOutput:
+        """
+        This output with each question's results in a new order: `order[b]` lists, for each new place, the old place
+        of question `b`'s result.
+        """
 
-def search(
-    retriever: RealmRetriever,
-    question_embeddings,
-    k: int,
-    return_blocks: bool,
-    rerank_factor: int,
-    search_params,
-    return_embeddings: bool = False,
-) -> RealmSearchOutput:
-    """[`RealmRetriever.search`]."""
-    queries = as_query_matrix(question_embeddings)
-    check_finite_queries(queries)
-    k = check_positive_int(k, "k")
-    params = normalize_search_params(search_params)
-    # One lock for the whole call: an update or index swap never lands between the FAISS search and the lookups, so
-    # ids, scores, blocks and stored embeddings all come from one state of the corpus and index.
-    with retriever._lock:
-        check_query_shape(retriever, queries, k)
-        exact = is_exact(retriever.index)
-        fetch = k if exact else min(retriever.num_blocks, k * max(1, int(rerank_factor)))
-        scores, ids = retriever._index.search(queries, fetch, params)
-        return finish_search(retriever, queries, scores, ids, k, exact, return_blocks, return_embeddings)
+        def gather(tensor):
+            if tensor is None:
+                return None
+            index = order.to(tensor.device)
+            while index.dim() < tensor.dim():
+                index = index.unsqueeze(-1)
+            return tensor.gather(1, index.expand(*order.shape, *tensor.shape[2:]))
+
+        blocks = self.blocks
+        if blocks is not None:
+            blocks = [[row[i] for i in row_order] for row, row_order in zip(blocks, order.tolist())]
+        return type(self)(
+            block_ids=gather(self.block_ids),
+            scores=gather(self.scores),
+            blocks=blocks,
+            block_embeddings=gather(self.block_embeddings),
+            block_token_ids=gather(self.block_token_ids),
+            block_token_lengths=gather(self.block_token_lengths),
+        )
 
 
 def as_query_matrix(question_embeddings) -> np.ndarray:
@@ -96,115 +96,20 @@ def check_finite_queries(queries: np.ndarray) -> None:
         )
 
 
-def check_query_shape(retriever: RealmRetriever, queries: np.ndarray, k: int) -> None:
-    """Refuse question embeddings of another dimension and a `k` above the corpus size (the caller holds the lock)."""
-    if queries.shape[1] != retriever.embedding_dim:
+def check_k(k) -> int:
+    """`k` as an int, refused unless a positive integer."""
+    return check_positive_int(k, "k")
+
+
+def check_query_shape(queries: np.ndarray, k: int, dim: int, num_blocks: int) -> None:
+    """Refuse question embeddings of another dimension than the corpus's `dim`, and a `k` above its `num_blocks`."""
+    if queries.shape[1] != dim:
         raise ValueError(
             f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
-            f"of projection size {retriever.embedding_dim} (retriever_proj_size={retriever.embedding_dim}). Use the "
+            f"of projection size {dim} (retriever_proj_size={dim}). Use the "
             "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
         )
-    if k > retriever.num_blocks:
+    if k > num_blocks:
         raise ValueError(
-            f"k={k} is larger than the number of blocks in the corpus ({retriever.num_blocks}): ask for at most "
-            f"{retriever.num_blocks}."
+            f"k={k} is larger than the number of blocks in the corpus ({num_blocks}): ask for at most {num_blocks}."
         )
-
-
-def finish_search(
-    retriever: RealmRetriever, queries, scores, ids, k, exact, return_blocks, return_embeddings=False
-) -> RealmSearchOutput:
-    """
-    Re-score compressed-index candidates, mark missing results and look the blocks (and, if asked, their stored
-    embeddings) up. The caller holds the lock.
-    """
-    ids = ids.astype(np.int64, copy=False)
-    if not exact:
-        # Compressed codes give approximate scores: re-score with the stored float32 vectors.
-        scores = rescore(retriever, queries, ids)
-        scores[ids < 0] = -np.inf
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        ids = np.take_along_axis(ids, order, axis=1)
-        scores = np.take_along_axis(scores, order, axis=1)
-    missing = ids < 0
-    if missing.any():
-        scores = np.where(missing, -np.inf, scores)
-        warn_missing_results(retriever, k, int(missing.any(axis=1).sum()))
-    scores = np.ascontiguousarray(scores, dtype=np.float32)
-    blocks = None
-    if return_blocks:
-        blocks = retriever._corpus.blocks(ids)
-        for row_blocks, row_scores in zip(blocks, scores.tolist()):
-            for block, score in zip(row_blocks, row_scores):
-                block["score"] = score
-    embeddings = None
-    if return_embeddings:
-        embeddings = torch.from_numpy(retriever._corpus.embeddings(ids, retriever.embedding_dim))
-    return RealmSearchOutput(
-        block_ids=torch.from_numpy(ids), scores=torch.from_numpy(scores), blocks=blocks, block_embeddings=embeddings
-    )
-
-
-# Candidate vectors re-scored per step: bounds the `[questions, candidates, dim]` float32 buffer (16 MB at 128-d)
-# however many questions and candidates one search has.
-RERANK_ROWS = 32_768
-
-
-def rescore(retriever: RealmRetriever, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """
-    Exact inner products of `queries` `[batch, dim]` with the stored embeddings of their candidates `ids`
-    `[batch, n]`, read from the corpus (memory-mapped: the OS pages the vectors in, the index keeps only codes) a few
-    questions at a time.
-    """
-    scores = np.empty(ids.shape, dtype=np.float32)
-    step = max(1, RERANK_ROWS // max(1, ids.shape[1]))
-    for start in range(0, len(ids), step):
-        part = slice(start, start + step)
-        vectors = retriever._corpus.embeddings(ids[part], retriever.embedding_dim)
-        scores[part] = np.einsum("bd,bkd->bk", queries[part], vectors)
-    return scores
-
-
-def warn_missing_results(retriever: RealmRetriever, k: int, num_questions: int) -> None:
-    """Say why an index returned fewer than `k` blocks; the nprobe/efSearch hint only where those are the cause."""
-    tunable = [name for name in ("nprobe", "efSearch") if get_search_param(retriever.index, name) is not None]
-    if tunable:
-        cause = "The search visited too few candidates: raise " + " or ".join(f"`{name}`" for name in tunable) + "."
-    else:
-        # Exhaustive indexes score every stored vector: only non-finite stored vectors (refused since they were
-        # written, but possible in an index saved by an older version or corrupted) drop results.
-        cause = (
-            "This index scores every stored vector, so its stored vectors must be NaN/inf or corrupt: rebuild it "
-            "(`retriever.embed_corpus(embedder)`) with an embedder whose outputs are finite."
-        )
-    logger.warning(
-        "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. %s",
-        retriever.index_type,
-        k,
-        num_questions,
-        cause,
-    )
-
-
-def block_token_ids(retriever: RealmRetriever, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
-    """[`RealmRetriever.get_block_token_ids`]."""
-    ids_array = as_id_array(block_ids)
-    corpus = retriever._corpus  # one snapshot for both lookups (changes replace the corpus object, never edit it)
-    if corpus.has_token_ids:
-        ids, lengths, missing = corpus.token_ids(ids_array)
-    else:
-        ids, lengths, missing = None, None, np.ones(ids_array.size, dtype=bool)
-    if missing.any():
-        if retriever.tokenizer is None:
-            raise ValueError("This corpus stores no token ids and the retriever has no tokenizer: set one.")
-        texts = corpus.texts(ids_array.reshape(-1)[missing])
-        fresh, fresh_lengths = pad_token_ids(tokenize_block_texts(retriever.tokenizer, texts))
-        if ids is None:
-            ids, lengths = fresh, fresh_lengths
-        else:
-            width = max(ids.shape[1], fresh.shape[1])
-            ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
-            ids[np.flatnonzero(missing), : fresh.shape[1]] = fresh
-            lengths[missing] = fresh_lengths
-    shape = tuple(ids_array.shape)
-    return torch.from_numpy(ids).view(*shape, ids.shape[1]), torch.from_numpy(lengths).view(shape)

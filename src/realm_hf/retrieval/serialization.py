@@ -5,6 +5,7 @@ back checked (the checks themselves: [`realm_hf.retrieval.integrity`]).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -17,10 +18,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..constants import CORPUS_DIR, FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME, SPARSE_INDEX_DIR, TOKENIZER_DIR
-from ..file_utils import consistent_read, recover_moved_aside, staged_save
+from ..file_utils import check_relative_name, consistent_read, recover_moved_aside
 from ..logging_utils import get_logger
+from .bm25 import BM25BlockIndex
 from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
-from .index import BlockIndex, can_relabel, read_index_checked, relabel_in_place, relabeled_for_writing
+from .index import BlockIndex
 from .integrity import (  # noqa: F401 - some only re-exported: they were importable from here
     _PATH_FIELDS,
     _REBUILD_HINT,
@@ -41,6 +43,7 @@ from .integrity import (  # noqa: F401 - some only re-exported: they were import
     record_model_files,
     stale_weight_files,
 )
+from .store import BlockStore
 
 logger = get_logger(__name__)
 
@@ -214,71 +217,25 @@ def _load_tokenizer(path: str, manifest: dict):
     return tokenizer
 
 
-def _write_index(retriever, path: str) -> str:
-    """
-    Write the retriever's index to `path` with labels = rows of the saved corpus, so that datasets' own FAISS API
-    (`load_from_disk` + `load_faiss_index` + `get_nearest_examples`) finds the right rows. Returns the manifest's
-    `index_labels`: `"row"`, or `"block_id"` for an index type that cannot be relabelled (written as it is).
-    """
-    index = retriever._index.cpu_index()
-    if not can_relabel(index):
-        logger.warning(
-            "The %s index cannot be relabelled with corpus rows: %s keeps block ids as labels (`index_labels: "
-            "block_id` in the manifest), so datasets' `get_nearest_examples` would not return the right rows from it.",
-            type(index).__name__,
-            os.path.basename(path),
-        )
-        faiss.write_index(index, path)
-        return "block_id"
-    faiss.write_index(relabeled_for_writing(index, retriever._corpus.rows), path)
-    return "row"
-
-
 def _can_map_index(manifest: dict) -> bool:
     # FAISS maps an IVF index's lists read-only, and row labels are rewritten in those lists: read it into RAM.
     return manifest.get("index_labels", "block_id") != "row" or "IVF" not in str(manifest.get("index_type", ""))
 
 
-def _restore_block_ids(index, corpus: BlockCorpus, manifest: dict, index_path: str) -> np.ndarray | None:
-    """
-    Map a loaded index's labels back to block ids when the save wrote corpus rows (`index_labels: row`; saves before
-    format 2 wrote block ids). Returns the block id of each row (what a re-read of the file needs), else `None`.
-    """
-    labels = manifest.get("index_labels", "block_id")
-    if labels == "block_id":
-        return None
-    if labels != "row":
-        raise ValueError(f"{index_path}: unknown index_labels {labels!r} in the manifest. {_REBUILD_HINT}")
-    block_ids = corpus.row_ids
-
-    def to_block_ids(rows: np.ndarray) -> np.ndarray:
-        if rows.size and (rows.min() < 0 or rows.max() >= len(block_ids)):
-            raise ValueError(
-                f"{index_path} has labels outside the corpus rows 0..{len(block_ids) - 1}: the index belongs to "
-                f"another corpus. {_REBUILD_HINT}"
-            )
-        return block_ids[rows]
-
-    if not can_relabel(index):
-        raise ValueError(
-            f"{index_path} is a {type(index).__name__} index, but the manifest says its labels are corpus rows, "
-            f"which only IDMap and IVF indexes are saved with. {_REBUILD_HINT}"
-        )
-    relabel_in_place(index, to_block_ids)
-    return block_ids
-
-
-def build_manifest(retriever) -> dict:
-    """The manifest of `retriever` as `save_pretrained` writes it (without the file entries and sizes)."""
-    return manifest_fields(
-        index_type=retriever.index_type,
-        embedding_dim=retriever.embedding_dim,
-        num_blocks=retriever.num_blocks,
-        next_block_id=retriever.next_block_id,
-        max_block_length=retriever.max_block_length,
-        embedder_fingerprint=retriever.embedder_fingerprint,
-        columns=retriever.corpus.column_names,
+def build_manifest(store: BlockStore, tokenizer=None, max_block_length: int | None = None) -> dict:
+    """The manifest of a retriever's `store` as a save writes it (without the file entries and sizes)."""
+    manifest = manifest_fields(
+        index_type=store.index_type,
+        embedding_dim=store.dim,
+        num_blocks=len(store),
+        next_block_id=store.next_block_id,
+        max_block_length=max_block_length,
+        embedder_fingerprint=store.embedder_fingerprint,
+        columns=store.corpus.dataset.column_names,
     )
+    if store.sparse is not None:
+        manifest["sparse_index"] = {"dir": SPARSE_INDEX_DIR, "library": "bm25s"}
+    return manifest
 
 
 def manifest_fields(
@@ -335,36 +292,41 @@ def write_manifest(
     return manifest
 
 
-def write_retriever(
-    retriever, directory: str, corpus_format: str = "arrow", max_shard_size="500MB", model_files: dict | None = None
-) -> dict:
-    """
-    Write `retriever`'s corpus, index, tokenizer and manifest into `directory`, a new or empty folder (the staging
-    folder of a save), under the retriever's lock. The manifest records the size and sha256 of every file and, given
-    `model_files` (see [`record_model_files`]), the weights saved with it. Returns the manifest: its `num_blocks` is
-    the size of the corpus written (documents added meanwhile are not in it), what a model's config must record.
-    """
+def check_corpus_format(corpus_format: str) -> None:
     if corpus_format not in ("arrow", "parquet"):
         raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
+
+
+def write_store(
+    store: BlockStore,
+    directory: str,
+    tokenizer=None,
+    max_block_length: int | None = None,
+    corpus_format: str = "arrow",
+    max_shard_size="500MB",
+    model_files: dict | None = None,
+) -> dict:
+    """
+    Write `store`'s corpus and index (and BM25 index, if it has one), `tokenizer` and the manifest into `directory`, a new or empty folder (the
+    staging folder of a save). The manifest records the size and sha256 of every file and, given `model_files` (see
+    [`record_model_files`]), the weights saved with it. Returns the manifest.
+    """
+    check_corpus_format(corpus_format)
     os.makedirs(directory, exist_ok=True)
-    with retriever._lock:
-        corpus_dir = os.path.join(directory, CORPUS_DIR)
-        if corpus_format == "arrow":
-            retriever.corpus.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
-        else:
-            _save_parquet_shards(retriever.corpus, corpus_dir, max_shard_size)
-        index_path = os.path.join(directory, INDEX_NAME)
-        index_labels = _write_index(retriever, index_path)
-        if retriever.tokenizer is not None:
-            retriever.tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
-        # A hybrid retriever's BM25 index (`retrieval/sparse.py`): its files go under the same manifest and checksums.
-        sparse = getattr(retriever, "sparse_index_for_save", None)
-        if sparse is not None:
-            sparse().save(os.path.join(directory, SPARSE_INDEX_DIR))
-        manifest = build_manifest(retriever)
-        if sparse is not None:
-            manifest["sparse_index"] = {"dir": SPARSE_INDEX_DIR, "library": "bm25s"}
-    return write_manifest(directory, manifest, corpus_format, index_labels, retriever.tokenizer, model_files)
+    corpus_dir = os.path.join(directory, CORPUS_DIR)
+    if corpus_format == "arrow":
+        store.corpus.dataset.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
+    else:
+        _save_parquet_shards(store.corpus.dataset, corpus_dir, max_shard_size)
+    index_path = os.path.join(directory, INDEX_NAME)
+    index_labels = store.index.save(index_path, store.corpus.rows)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
+    if store.sparse is not None:
+        # The BM25 index of a hybrid store (`retrieval/sparse.py`): its files go under the same manifest and checksums.
+        store.sparse.save(os.path.join(directory, SPARSE_INDEX_DIR))
+    manifest = build_manifest(store, tokenizer, max_block_length)
+    return write_manifest(directory, manifest, corpus_format, index_labels, tokenizer, model_files)
 
 
 def record_num_blocks(config, model_dir: str, num_blocks: int) -> None:
@@ -384,32 +346,25 @@ def record_num_blocks(config, model_dir: str, num_blocks: int) -> None:
             f.write("\n")
 
 
-def track_saved_index(retriever, directory: str) -> None:
-    """After a save into `directory`: a memory-mapped index follows its file, which the save may have replaced."""
-    if retriever._index.source is not None:
-        # Row labels (format 2) map back to block ids through the corpus; see `_restore_block_ids`.
-        with open(os.path.join(directory, MANIFEST_NAME), encoding="utf-8") as f:
-            index_labels = json.load(f).get("index_labels", "block_id")
-        labels = retriever._corpus.row_ids if index_labels == "row" else None
-        retriever._index.track_file(os.path.join(directory, INDEX_NAME), labels)
+def saved_store(store: BlockStore, directory: str) -> BlockStore:
+    """
+    `store` after it was saved into `directory`: a memory-mapped index follows the new file (the save may have
+    replaced the one it mapped); row labels (format 2) map back to block ids through the corpus.
+    """
+    if store.index.source is None:
+        return store
+    with open(os.path.join(directory, MANIFEST_NAME), encoding="utf-8") as f:
+        index_labels = json.load(f).get("index_labels", "block_id")
+    row_ids = store.block_ids if index_labels == "row" else None
+    index = store.index.following_file(os.path.join(directory, INDEX_NAME), row_ids)
+    return dataclasses.replace(store, index=index)
 
 
-def save_retriever(retriever, save_directory: str | os.PathLike, corpus_format: str, max_shard_size) -> None:
-    """
-    Save `retriever` into `save_directory` all at once or not at all (see [`realm_hf.file_utils.staged_save`]):
-    only its own entries (`corpus/`, `index.faiss`, `tokenizer/`, the manifest) are replaced, other files are kept.
-    """
-    if corpus_format not in ("arrow", "parquet"):
-        raise ValueError(f"corpus_format must be 'arrow' or 'parquet', got {corpus_format!r}.")
-    save_directory = os.fspath(save_directory)
-    # One locked step: no change lands between writing the files and a memory-mapped index following the new one.
-    with retriever._lock:
-        with staged_save(save_directory) as save:
-            write_retriever(retriever, save.staging, corpus_format, max_shard_size)
-            written = set(os.listdir(save.staging))
-            save.replace = [name for name in _RETRIEVER_ENTRIES if name in written]
-            save.remove = [name for name in _RETRIEVER_ENTRIES if name not in written]
-        track_saved_index(retriever, save_directory)
+def stage_retriever_entries(save, staging: str) -> None:
+    """Which entries of a retriever directory a staged `save` replaces (what it wrote) and removes (the rest)."""
+    written = set(os.listdir(staging))
+    save.replace = [name for name in _RETRIEVER_ENTRIES if name in written]
+    save.remove = [name for name in _RETRIEVER_ENTRIES if name not in written]
 
 
 def load_retriever_parts(
@@ -418,30 +373,20 @@ def load_retriever_parts(
     expected_num_blocks: int | None = None,
     mmap: bool = True,
     verify_checksums: bool = True,
-) -> tuple[dict, BlockCorpus, BlockIndex, object]:
+) -> tuple[dict, BlockStore, object]:
     """
     Read and check a saved retriever directory: the manifest against the model's expectations, every file against
     the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
-    against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`. Read as one save (a save
-    into it, or into the model directory holding it, is completed or waited for: see
-    [`realm_hf.file_utils.consistent_read`]).
+    against the manifest and each other. Returns `(manifest, store, tokenizer)`. Read as one save (a save into it, or
+    into the model directory holding it, is completed or waited for: see [`realm_hf.file_utils.consistent_read`]).
     """
     with consistent_read(path):
         return _load_retriever_parts(path, expected_dim, expected_num_blocks, mmap, verify_checksums)
 
 
 def _load_retriever_parts(
-    path: str,
-    expected_dim: int | None = None,
-    expected_num_blocks: int | None = None,
-    mmap: bool = True,
-    verify_checksums: bool = True,
-) -> tuple[dict, BlockCorpus, BlockIndex, object]:
-    """
-    Read and check a saved retriever directory: the manifest against the model's expectations, every file against
-    the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
-    against the manifest and each other. Returns `(manifest, corpus, index, tokenizer)`.
-    """
+    path: str, expected_dim: int | None, expected_num_blocks: int | None, mmap: bool, verify_checksums: bool
+) -> tuple[dict, BlockStore, object]:
     manifest = _read_manifest(path)
     dim = int(manifest["embedding_dim"])
     num_blocks = int(manifest["num_blocks"])
@@ -465,19 +410,6 @@ def _load_retriever_parts(
             f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
             f"file is truncated or from another corpus. {_REBUILD_HINT}"
         )
-    index, mmapped = read_index_checked(index_path, mmap=mmap and _can_map_index(manifest), how_to_fix=_REBUILD_HINT)
-    if index.d != dim:
-        raise ValueError(
-            f"{index_path} is a {index.d}-d index but the manifest says {dim}: the index belongs to another corpus "
-            f"or embedder. {_REBUILD_HINT}"
-        )
-    if index.ntotal != num_blocks:
-        raise ValueError(
-            f"{index_path} holds {index.ntotal} vectors but the manifest says {num_blocks} blocks. {_REBUILD_HINT}"
-        )
-    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise ValueError(f"{index_path} is not an inner-product index (metric {index.metric_type}). {_REBUILD_HINT}")
-
     corpus_dir = _inside(path, manifest.get("corpus_dir", CORPUS_DIR), "the field 'corpus_dir'", manifest_path)
     dataset = _load_corpus(corpus_dir, manifest, mmap)
     if len(dataset) != num_blocks:
@@ -485,12 +417,41 @@ def _load_retriever_parts(
             f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
         )
     corpus = BlockCorpus(dataset)
-    file_labels = _restore_block_ids(index, corpus, manifest, index_path)
-    if hasattr(index, "id_map"):
-        index_ids = faiss.vector_to_array(index.id_map)
-        if not np.array_equal(np.sort(index_ids), corpus.sorted_ids):
-            raise ValueError(f"The ids in {index_path} do not match the corpus's block ids. {_REBUILD_HINT}")
-    block_index = BlockIndex(
-        index, manifest.get("index_type", "Flat"), source=index_path if mmapped else None, source_labels=file_labels
+    index = BlockIndex.load(
+        index_path,
+        manifest.get("index_type", "Flat"),
+        manifest.get("index_labels", "block_id"),
+        corpus.row_ids,
+        dim,
+        mmap=mmap and _can_map_index(manifest),
+        how_to_fix=_REBUILD_HINT,
     )
-    return manifest, corpus, block_index, _load_tokenizer(path, manifest)
+    store = BlockStore(
+        corpus,
+        index,
+        next_block_id=manifest.get("next_block_id") or 0,
+        embedder_fingerprint=manifest.get("embedder_fingerprint"),
+        sparse=_load_sparse_index(path, manifest, corpus),
+    )
+    return manifest, store, _load_tokenizer(path, manifest)
+
+
+def _load_sparse_index(path: str, manifest: dict, corpus: BlockCorpus):
+    """
+    The BM25 index the manifest names (`sparse_index`; its files were checked with the others), or `None`. Without
+    `bm25s` installed, a warning says the retriever searches its dense index alone.
+    """
+    entry = manifest.get("sparse_index")
+    if entry is None:
+        return None
+    parts = check_relative_name(entry.get("dir") if isinstance(entry, dict) else None, "sparse_index", MANIFEST_NAME)
+    try:
+        sparse = BM25BlockIndex.load(os.path.join(path, *parts))
+    except ImportError as error:
+        logger.warning("%s The retriever in %s is loaded without its BM25 index (dense search only).", error, path)
+        return None
+    if not np.array_equal(sparse.block_ids, corpus.row_ids):
+        raise ValueError(
+            f"The BM25 index in {path} covers other blocks than the corpus: save the hybrid retriever again."
+        )
+    return sparse

@@ -5,48 +5,31 @@ process, and merging every shard back into one retriever.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import datasets
 import numpy as np
 import torch
 
 from . import building
+from .building import BuildOptions
 from .chunking import split_documents
-from .collectives import ShardGroup
+from .collectives import ShardGroup, row_bounds
 from .corpus import BlockCorpus
 from .encoding import embed_blocks, fingerprint_module
 from .index import BlockIndex
 from .retriever import RealmRetriever
-
-if TYPE_CHECKING:
-    from .sharding import ShardedRealmRetriever
-
-
-def row_bounds(num_rows: int, num_parts: int) -> list[int]:
-    """Contiguous split of `num_rows` rows into `num_parts` parts: part `i` is rows `bounds[i]:bounds[i + 1]`."""
-    return [num_rows * i // num_parts for i in range(num_parts + 1)]
+from .store import BlockStore
 
 
 def shard_of(retriever: RealmRetriever, start: int, end: int, train_size: int | None = None) -> RealmRetriever:
     """A [`RealmRetriever`] over rows `start:end` of `retriever` (same block ids), indexed with its index type."""
-    with retriever._lock:
-        corpus = retriever._corpus
-    rows = corpus.dataset.select(range(start, end))
-    embeddings = np.ascontiguousarray(corpus.embedding_rows(slice(start, end)), dtype=np.float32)
-    index = BlockIndex.from_matrix(retriever.index_type, embeddings, corpus.row_ids[start:end], train_size)
-    return RealmRetriever(
-        BlockCorpus(rows),
-        index,
-        tokenizer=retriever.tokenizer,
-        max_block_length=retriever.max_block_length,
-        embedder_fingerprint=retriever.embedder_fingerprint,
-    )
+    store = retriever.store.rows(start, end, train_size=train_size)
+    return RealmRetriever.from_store(store, retriever.tokenizer, retriever.max_block_length)
 
 
-def split_retriever(cls, retriever: RealmRetriever, group, num_shards: int | None, train_size: int | None):
-    """[`ShardedRealmRetriever.from_retriever`]."""
-    group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+def split_retriever(
+    retriever: RealmRetriever, group: ShardGroup, num_shards: int | None, train_size: int | None
+) -> list[RealmRetriever]:
+    """The shards this process keeps of `retriever` split into `num_shards` contiguous shards (a collective call)."""
     num_shards = group.world_size if num_shards is None else int(num_shards)
     if num_shards < 1 or num_shards % group.world_size:
         raise ValueError(
@@ -60,25 +43,14 @@ def split_retriever(cls, retriever: RealmRetriever, group, num_shards: int | Non
     def build():
         return [shard_of(retriever, bounds[i], bounds[i + 1], train_size) for i in range(first, first + per_process)]
 
-    return cls(group.run("Splitting the retriever into shards", build), group=group)
+    return group.run("Splitting the retriever into shards", build)
 
 
-def build_from_documents(
-    cls,
-    documents,
-    embedder: torch.nn.Module,
-    tokenizer,
-    max_block_length: int,
-    index: str,
-    batch_size: int,
-    device,
-    dtype,
-    show_progress: bool,
-    train_size: int | None,
-    group,
-):
-    """[`ShardedRealmRetriever.from_documents`]."""
-    group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+def shard_from_documents(documents, embedder: torch.nn.Module, tokenizer, options: BuildOptions, group: ShardGroup):
+    """
+    This process's shard of `documents` (the same on every process): its contiguous share split, numbered after the
+    blocks of the processes before it, embedded and indexed (a collective call).
+    """
     if isinstance(documents, dict):  # columns
         num_documents = len(next(iter(documents.values()), []))
     else:
@@ -88,13 +60,8 @@ def build_from_documents(
     lo, hi = bounds[group.rank], bounds[group.rank + 1]
 
     def split():
-        if isinstance(documents, dict):
-            share = {name: list(values[lo:hi]) for name, values in documents.items()}
-        elif hasattr(documents, "select"):
-            share = documents.select(range(lo, hi))
-        else:
-            share = documents[lo:hi]
-        return split_documents(share, tokenizer, max_block_length, first_doc_id=lo)
+        share = building.documents_share(documents, lo, hi)
+        return split_documents(share, tokenizer, options.max_block_length, first_doc_id=lo)
 
     columns = group.run("Splitting the documents into blocks", split)
     counts = group.all_gather(len(columns["text"]))
@@ -112,41 +79,28 @@ def build_from_documents(
             tokenizer,
             columns["title"],
             columns["text"],
-            max_length=max_block_length,
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            show_progress=show_progress and group.rank == 0,
+            max_length=options.max_block_length,
+            show_progress=options.show_progress and group.rank == 0,
+            **options.embed_kwargs(),
         ).numpy()
-        return building.build(
-            RealmRetriever,
+        store = building.build_store(
             columns,
             embeddings,
             tokenizer=tokenizer,
-            index=index,
-            max_block_length=max_block_length,
+            index=options.index,
             embedder_fingerprint=fingerprint_module(embedder),
-            train_size=train_size,
+            train_size=options.train_size,
         )
+        shard = RealmRetriever.from_store(store, tokenizer, options.max_block_length)
+        return shard.to_gpu() if options.use_gpu else shard
 
-    return cls([group.run("Embedding and indexing the blocks", embed_and_index)], group=group)
+    return group.run("Embedding and indexing the blocks", embed_and_index)
 
 
-def merge_shards(sharded: ShardedRealmRetriever, index: str | None, train_size: int | None) -> RealmRetriever:
-    """[`ShardedRealmRetriever.to_retriever`]."""
-    if len(sharded.shards) != sharded.num_shards:
-        raise ValueError(
-            f"This process holds {len(sharded.shards)} of {sharded.num_shards} shards: merge on one process that holds "
-            "them all (load the sharded save without a process group)."
-        )
-    corpus = BlockCorpus(datasets.concatenate_datasets([shard.corpus for shard in sharded.shards]))
-    embeddings = np.concatenate([shard._corpus.embedding_rows(slice(0, shard.num_blocks)) for shard in sharded.shards])
-    block_index = BlockIndex.from_matrix(index or sharded.index_type, embeddings, corpus.row_ids, train_size)
-    first = sharded.shards[0]
-    return RealmRetriever(
-        corpus,
-        block_index,
-        tokenizer=first.tokenizer,
-        max_block_length=first.max_block_length,
-        embedder_fingerprint=first.embedder_fingerprint,
-    )
+def merge_shards(shards: list[RealmRetriever], index: str | None, train_size: int | None) -> RealmRetriever:
+    """One retriever over every shard, indexed from the stored embeddings with `index` (default: the shards' type)."""
+    corpus = BlockCorpus(datasets.concatenate_datasets([shard.corpus for shard in shards]))
+    first = shards[0]
+    block_index = BlockIndex.from_corpus(index or first.index_type, corpus, train_size)
+    store = BlockStore(corpus, block_index, embedder_fingerprint=first.embedder_fingerprint)
+    return RealmRetriever.from_store(store, first.tokenizer, first.max_block_length)

@@ -10,17 +10,13 @@ import datetime
 import json
 import os
 import re
-from typing import TYPE_CHECKING
 
 from ..constants import FORMAT_VERSION, MANIFEST_NAME, SHARD_FOLDER_FORMAT, SHARDED_MANIFEST_NAME
 from ..file_utils import file_sha256, recover_interrupted_save, staged_save
 from .collectives import ShardedCollectiveError, ShardGroup, describe
 from .integrity import _check_files, _inside
 from .retriever import RealmRetriever
-from .serialization import _RETRIEVER_ENTRIES, write_retriever
-
-if TYPE_CHECKING:
-    from .sharding import ShardedRealmRetriever
+from .serialization import _RETRIEVER_ENTRIES
 
 SHARDED_FORMAT = "realm-hf-sharded-retriever"
 SHARDED_FORMAT_VERSION = 1
@@ -32,7 +28,7 @@ def shard_folder(index: int, count: int) -> str:
     return SHARD_FOLDER_FORMAT.format(index=index, count=count)
 
 
-def save_sharded(retriever: ShardedRealmRetriever, save_directory, corpus_format: str, max_shard_size) -> None:
+def save_sharded(retriever, save_directory, corpus_format: str, max_shard_size) -> None:
     """[`ShardedRealmRetriever.save_pretrained`]: every process writes its shards; process 0 stages and commits."""
     group = retriever.group
     target = os.path.abspath(os.fspath(save_directory))
@@ -57,7 +53,7 @@ def save_sharded(retriever: ShardedRealmRetriever, save_directory, corpus_format
                     )
                 for j, shard in enumerate(retriever.shards):
                     folder = os.path.join(staging, shard_folder(retriever.first_shard + j, retriever.num_shards))
-                    write_retriever(shard, folder, corpus_format, max_shard_size)
+                    shard.write(folder, corpus_format, max_shard_size)
 
             group.run("Writing the shards", write_shards)
 
@@ -83,11 +79,11 @@ def _failed_in_commit(error: Exception) -> bool:
     return not isinstance(error, ShardedCollectiveError)
 
 
-def install_manifest(retriever: ShardedRealmRetriever, staging: str, target: str) -> tuple[list[str], list[str]]:
+def install_manifest(retriever, staging: str, target: str) -> tuple[list[str], list[str]]:
     """Write the sharded manifest into `staging` (process 0); returns the save's `(replace, remove)` entries."""
     folders = [shard_folder(i, retriever.num_shards) for i in range(retriever.num_shards)]
     shards, files, first_row = [], {}, 0
-    for folder, info in zip(folders, retriever._layout):
+    for folder, info in zip(folders, retriever.layout):
         shard_manifest = os.path.join(staging, folder, MANIFEST_NAME)
         if not os.path.isfile(shard_manifest):
             raise OSError(
@@ -169,9 +165,10 @@ def read_sharded_manifest(path: str) -> dict:
     return manifest
 
 
-def load_sharded(cls, path, group, embedder, expected_dim, mmap: bool, verify_checksums: bool):
-    """[`ShardedRealmRetriever.from_pretrained`]."""
-    group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+def load_shards(
+    path, group: ShardGroup, embedder, expected_dim, mmap: bool, verify_checksums: bool
+) -> list[RealmRetriever]:
+    """The shards this process holds of the sharded save in `path`, checked (a collective call)."""
     path = os.fspath(path)
 
     def plan():
@@ -221,4 +218,4 @@ def load_sharded(cls, path, group, embedder, expected_dim, mmap: bool, verify_ch
             shards.append(loaded)
         return shards
 
-    return cls(group.run(f"Loading the shards of {path}", load), group=group)
+    return group.run(f"Loading the shards of {path}", load)

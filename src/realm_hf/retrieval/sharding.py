@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
@@ -14,22 +13,23 @@ from typing import Self
 import numpy as np
 import torch
 
-from .building import RealmIndexState
+from .building import BuildOptions
 from .collectives import ShardGroup
 from .corpus import _unflatten
 from .encoding import fingerprint_module
 from .retriever import RealmRetriever
 from .searching import RealmSearchOutput
-from .sharded_building import build_from_documents, merge_shards, split_retriever
-from .sharded_search import lookup, sharded_search
-from .sharded_serialization import load_sharded, save_sharded
+from .sharded_building import merge_shards, shard_from_documents, split_retriever
+from .sharded_search import local_lookup, sharded_search
+from .sharded_serialization import load_shards, save_sharded
+from .store import BlockStore
 
 
 @dataclass
 class ShardedIndexState:
-    """The refreshed index states of the shards one process holds, in shard order (see [`RealmIndexState`])."""
+    """The refreshed index states of the shards one process holds, in shard order (each a [`BlockStore`])."""
 
-    shard_states: list[RealmIndexState]
+    shard_states: list[BlockStore]
 
 
 class ShardedRealmRetriever:
@@ -78,10 +78,9 @@ class ShardedRealmRetriever:
         described = self.group.all_gather([self._describe(shard) for shard in self.shards])
         self._layout = [info for process in described for info in process]
         # The process that holds each shard (shards are numbered in process order).
-        self._shard_owner = np.repeat(np.arange(len(described)), [len(process) for process in described])
+        self.shard_owner = np.repeat(np.arange(len(described)), [len(process) for process in described])
         self.first_shard = sum(len(process) for process in described[: self.group.rank])
         self._check_layout()
-        self._thread = threading.local()
 
     def _check_local_shards(self) -> None:
         if not self.shards:
@@ -91,7 +90,7 @@ class ShardedRealmRetriever:
 
     @staticmethod
     def _describe(shard: RealmRetriever) -> dict:
-        ids = shard._corpus.sorted_ids
+        ids = shard.store.corpus.sorted_ids
         return {
             "num_blocks": shard.num_blocks,
             "dim": shard.embedding_dim,
@@ -119,7 +118,17 @@ class ShardedRealmRetriever:
     # What the model reads
     # -----------------------------------------------------------------------------------------------------------------
 
-    is_sharded = True
+    collective = True  # every process calls `search` and `save_pretrained` (see [`Retriever.collective`])
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process writes the files all processes share (process 0 of the group)."""
+        return self.group.rank == 0
+
+    @property
+    def layout(self) -> list[dict]:
+        """Every shard of every process, in corpus order: `num_blocks`, `dim`, `index_type`, `id_range`."""
+        return [dict(info) for info in self._layout]
 
     @property
     def num_blocks(self) -> int:
@@ -183,45 +192,47 @@ class ShardedRealmRetriever:
         return_blocks: bool = True,
         rerank_factor: int = 1,
         return_embeddings: bool = False,
+        return_token_ids: bool = False,
+        questions: Sequence[str] | None = None,
         **search_params,
     ) -> RealmSearchOutput:
         """
         Top-`k` blocks of the whole corpus for this process's questions; a **collective call** (see the class
-        docstring). Arguments and output as [`RealmRetriever.search`]; `k`, `rerank_factor` and the search parameters
+        docstring). Arguments and output as [`RealmRetriever.search`] (`questions` is accepted and unused: the
+        shards hold dense indexes only, no BM25 index); `k`, `rerank_factor` and the search parameters
         must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
         compressed indexes), so for exact indexes (Flat, IVF-Flat probing every list) the result is the single
         retriever's; for approximate ones each shard's index is searched with the same parameters.
         """
         return sharded_search(
-            self, question_embeddings, k, return_blocks, rerank_factor, search_params, return_embeddings
+            self,
+            question_embeddings,
+            k,
+            return_blocks,
+            rerank_factor,
+            search_params,
+            return_embeddings,
+            return_token_ids,
         )
 
-    def _remember(self, ids, blocks, embeddings, tokens) -> None:
-        # What the last search of this thread retrieved, for the model's lookups of those ids (blocks of other
-        # processes are reachable only through the search that found them).
-        self._thread.last = {"ids": ids, "blocks": blocks, "embeddings": embeddings, "tokens": tokens}
-
-    def _last_search(self) -> dict | None:
-        return getattr(self._thread, "last", None)
-
     def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
-        """Stored embeddings of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
-        ids, values = lookup(self, block_ids, "embeddings")
+        """Stored embeddings of blocks this process holds; see [`RealmRetriever.get_block_embeddings`]."""
+        ids, values = local_lookup(self, block_ids, "embeddings")
         return torch.from_numpy(np.ascontiguousarray(values).reshape(*ids.shape, self.embedding_dim))
 
     def get_blocks(self, block_ids) -> list:
-        """Blocks (dicts) of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
-        ids, values = lookup(self, block_ids, "blocks")
+        """Blocks (dicts) this process holds; see [`RealmRetriever.get_blocks`]."""
+        ids, values = local_lookup(self, block_ids, "blocks")
         return _unflatten([dict(block) for block in values], ids)
 
     def get_block_texts(self, block_ids) -> list:
-        """Texts of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
-        ids, values = lookup(self, block_ids, "texts")
+        """Texts of blocks this process holds; see [`RealmRetriever.get_block_texts`]."""
+        ids, values = local_lookup(self, block_ids, "texts")
         return _unflatten(list(values), ids)
 
     def get_block_token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
-        """Reader token ids of the last search's ids (or of blocks this process holds); see [`RealmRetriever`]."""
-        ids, (tokens, lengths) = lookup(self, block_ids, "tokens")
+        """Reader token ids of blocks this process holds; see [`RealmRetriever.get_block_token_ids`]."""
+        ids, (tokens, lengths) = local_lookup(self, block_ids, "tokens")
         shape = tuple(ids.shape)
         return torch.from_numpy(tokens).view(*shape, tokens.shape[1]), torch.from_numpy(lengths).view(shape)
 
@@ -237,11 +248,13 @@ class ShardedRealmRetriever:
         dtype: str | torch.dtype | None = None,
         show_progress: bool = False,
         train_size: int | None = None,
+        group=None,
     ) -> ShardedIndexState:
         """
         Re-embed the blocks of this process's shards with `embedder` and build their new indexes, without touching
         the live ones (safe in a background thread); install with [`~ShardedRealmRetriever.swap_index_state`]. Not a
-        collective: each process refreshes what it holds.
+        collective: each process refreshes what it holds (`group` is not used: no process needs another's
+        embeddings).
         """
         fingerprint = fingerprint_module(embedder)
         states = []
@@ -264,6 +277,10 @@ class ShardedRealmRetriever:
     def export_index_state(self) -> ShardedIndexState:
         """The local shards' current embeddings and indexes (e.g. to restore them into another sharded retriever)."""
         return ShardedIndexState([shard.export_index_state() for shard in self.shards])
+
+    def saved_index_state(self, path: str | os.PathLike) -> ShardedIndexState:
+        """The index states of this process's shards saved in sharded directory `path` (a collective call)."""
+        return type(self).from_pretrained(path, group=self.group).export_index_state()
 
     def embed_corpus(self, embedder: torch.nn.Module, **kwargs) -> None:
         """Re-embed this process's shards with `embedder` and swap their new indexes in (call it on every process)."""
@@ -290,7 +307,12 @@ class ShardedRealmRetriever:
         [`~ShardedRealmRetriever.from_pretrained`] without a process group), indexed from the stored embeddings with
         `index` (default: the shards' index type). Not a collective.
         """
-        return merge_shards(self, index, train_size)
+        if len(self.shards) != self.num_shards:
+            raise ValueError(
+                f"This process holds {len(self.shards)} of {self.num_shards} shards: merge on one process that holds "
+                "them all (load the sharded save without a process group)."
+            )
+        return merge_shards(self.shards, index, train_size)
 
     # -----------------------------------------------------------------------------------------------------------------
     # Building, saving, loading (collective)
@@ -305,44 +327,20 @@ class ShardedRealmRetriever:
         each indexed from its stored embeddings with the retriever's index type; a collective call. Each process keeps
         `num_shards / world_size` shards (default one) and drops nothing else: free the full retriever afterwards.
         """
-        return split_retriever(cls, retriever, group, num_shards, train_size)
+        group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+        return cls(split_retriever(retriever, group, num_shards, train_size), group=group)
 
     @classmethod
-    def from_documents(
-        cls,
-        documents,
-        embedder: torch.nn.Module,
-        tokenizer,
-        max_block_length: int = 288,
-        index: str = "Flat",
-        batch_size: int = 64,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
-        show_progress: bool = True,
-        train_size: int | None = None,
-        group=None,
-    ) -> Self:
+    def from_documents(cls, documents, embedder: torch.nn.Module, tokenizer, group=None, **options) -> Self:
         """
         [`RealmRetriever.from_documents`] split across processes; a collective call. Every process is given the same
         documents (a sequence or a `datasets.Dataset`), splits and embeds only its contiguous share of them, and
         numbers its blocks after those of the processes before it: block ids, doc ids and texts are those the
         single-process build gives, embeddings too up to float rounding (other batches), and each process indexes its
-        own blocks with `index`.
+        own blocks. `options` are those of [`RealmRetriever.from_documents`] ([`BuildOptions`]).
         """
-        return build_from_documents(
-            cls,
-            documents,
-            embedder,
-            tokenizer,
-            max_block_length,
-            index,
-            batch_size,
-            device,
-            dtype,
-            show_progress,
-            train_size,
-            group,
-        )
+        group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+        return cls([shard_from_documents(documents, embedder, tokenizer, BuildOptions(**options), group)], group=group)
 
     def save_pretrained(
         self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
@@ -371,4 +369,5 @@ class ShardedRealmRetriever:
         sha256) and the block ranges are checked; any other number of processes is refused with what to do.
         Arguments as [`RealmRetriever.from_pretrained`] (local folders only).
         """
-        return load_sharded(cls, path, group, embedder, expected_dim, mmap, verify_checksums)
+        group = group if isinstance(group, ShardGroup) else ShardGroup(group)
+        return cls(load_shards(path, group, embedder, expected_dim, mmap, verify_checksums), group=group)

@@ -254,69 +254,27 @@ class RealmReindexCallback(TrainerCallback):
             self._future = future
 
     def _build(self, snapshot, rank: int, world_size: int):
-        """Worker: embed this process's share of the corpus, gather the shares, build the new index state."""
-        from ..retrieval.encoding import fingerprint_module
-
-        if getattr(self.retriever, "is_sharded", False):
-            # Each process holds its own blocks: it refreshes them, and no process needs the others' embeddings.
-            return self.retriever.refresh_index_state(
-                snapshot,
-                batch_size=self.batch_size,
-                dtype=self.dtype,
-                show_progress=self.show_progress and rank == 0,
-            )
-        block_ids = self.retriever.block_ids
-        num_blocks = len(block_ids)
-        bounds = [num_blocks * r // world_size for r in range(world_size + 1)]
-        start, end = bounds[rank], bounds[rank + 1]
-        embeddings = self.retriever.embed_corpus(
+        """Worker: the retriever's refreshed index state (each process embeds its share; see the retriever)."""
+        return self.retriever.refresh_index_state(
             snapshot,
-            start=start,
-            end=end,
             batch_size=self.batch_size,
             dtype=self.dtype,
             show_progress=self.show_progress and rank == 0,
+            group=self._gather_group,
         )
-        if world_size > 1:
-            embeddings = self._gather(embeddings, bounds)
-        state = self.retriever.build_index_state(embeddings, embedder_fingerprint=fingerprint_module(snapshot))
-        # Block ids are never reused, so equal ids before and after mean every embedded row is still the same block.
-        if not np.array_equal(state.block_ids, block_ids):
-            raise ValueError(
-                "Documents were added or removed while the refresh embedded the corpus; the next refresh includes "
-                "them."
-            )
-        return state
 
     def _check_state(self, state) -> None:
         """Refuse a refreshed index that the model could not search: checked before the swap, never after."""
         for shard_state in getattr(state, "shard_states", [state]):
-            self._check_one_state(shard_state)
-
-    def _check_one_state(self, state) -> None:
-        dim, live_dim = int(state.index.d), self.retriever.embedding_dim
-        if dim != live_dim:
-            raise ValueError(
-                f"The refreshed embeddings have dimension {dim} but the live index, which the model's question "
-                f"embedder searches, has {live_dim}: the document embedder projects to another size than the question "
-                "embedder (`config.retriever_proj_size`). Give both embedders the same projection size; to change "
-                "the dimension on purpose, re-embed the corpus once with `retriever.embed_corpus(embedder)` and "
-                "train with a matching question embedder."
-            )
-        if not state.index.ntotal == len(state.corpus) == len(state.block_ids):
-            raise ValueError(
-                f"The refreshed index holds {state.index.ntotal} vectors for {len(state.block_ids)} blocks "
-                f"({len(state.corpus)} corpus rows); it is incomplete."
-            )
-
-    def _gather(self, embeddings: torch.Tensor, bounds: list[int]) -> torch.Tensor:
-        # all_gather needs equal shapes: pad every share to the largest, then cut each back.
-        sizes = [bounds[r + 1] - bounds[r] for r in range(len(bounds) - 1)]
-        padded = torch.zeros(max(sizes), embeddings.shape[1], dtype=torch.float32)
-        padded[: embeddings.shape[0]] = embeddings.float().cpu()
-        shares = [torch.empty_like(padded) for _ in sizes]
-        torch.distributed.all_gather(shares, padded, group=self._gather_group)
-        return torch.cat([share[:size] for share, size in zip(shares, sizes)])
+            dim, live_dim = shard_state.dim, self.retriever.embedding_dim
+            if dim != live_dim:
+                raise ValueError(
+                    f"The refreshed embeddings have dimension {dim} but the live index, which the model's question "
+                    f"embedder searches, has {live_dim}: the document embedder projects to another size than the "
+                    "question embedder (`config.retriever_proj_size`). Give both embedders the same projection size; "
+                    "to change the dimension on purpose, re-embed the corpus once with "
+                    "`retriever.embed_corpus(embedder)` and train with a matching question embedder."
+                )
 
     def _all_ranks_done(self) -> bool:
         done = self._future is not None and self._future.done()
@@ -378,7 +336,7 @@ class RealmReindexCallback(TrainerCallback):
         `{"reindex/stale_recall@k": r}`: of the refreshed index's top `k` blocks for the staleness questions, the
         fraction that the live (stale) index also returns, averaged over the questions; `{}` without questions.
         """
-        if self.staleness_questions is None or self._model is None or hasattr(state, "shard_states"):
+        if self.staleness_questions is None or self._model is None or self.retriever.collective:
             return {}
         from ..tokenization_realm import tokenizer_call
 
@@ -393,7 +351,7 @@ class RealmReindexCallback(TrainerCallback):
             questions = embedder(**inputs, return_dict=True).projected_score.float().cpu().numpy()
         stale = self.retriever.search(questions, k, return_blocks=False).block_ids.numpy()
         # Labels of a refreshed index are the corpus's block ids, as the live index's search returns them.
-        _, fresh = state.index.search(np.ascontiguousarray(questions), k)
+        fresh = state.search(np.ascontiguousarray(questions), k, return_blocks=False).block_ids.numpy()
         found = [len(set(s[s >= 0]) & set(f[f >= 0])) / max(1, int((f >= 0).sum())) for s, f in zip(stale, fresh)]
         return {f"reindex/stale_recall@{k}": round(float(np.mean(found)), 4)}
 
@@ -413,11 +371,11 @@ class RealmReindexCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        sharded = getattr(self.retriever, "is_sharded", False)
-        if not self.save_with_checkpoints or not (state.is_world_process_zero or sharded):
+        collective = self.retriever.collective
+        if not self.save_with_checkpoints or not (state.is_world_process_zero or collective):
             return control
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        if sharded:
+        if collective:
             # A collective save: every process writes its shards (the model's own save leaves them out).
             self.save_checkpoint(checkpoint)
             return control
@@ -478,7 +436,7 @@ class RealmReindexCallback(TrainerCallback):
         """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
         if save_retriever:
             self.retriever.save_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
-        if getattr(self.retriever, "is_sharded", False) and self.retriever.group.rank != 0:
+        if not self.retriever.is_main_process:
             return
         state = {
             "refresh_count": self.refresh_count,
@@ -491,14 +449,8 @@ class RealmReindexCallback(TrainerCallback):
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         """Restore the index saved in a checkpoint directory into the live retriever."""
-        from ..retrieval import RealmRetriever
-
         folder = os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER)
-        if getattr(self.retriever, "is_sharded", False):
-            saved = type(self.retriever).from_pretrained(folder, group=self.retriever.group)
-        else:
-            saved = RealmRetriever.from_pretrained(folder)
-        self.retriever.swap_index_state(saved.export_index_state())
+        self.retriever.swap_index_state(self.retriever.saved_index_state(folder))
         state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
         if os.path.exists(state_file):
             with open(state_file) as f:

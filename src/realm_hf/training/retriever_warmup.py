@@ -14,7 +14,6 @@ import torch
 from transformers import Trainer
 
 from ..modeling_reader import _marginal_log_loss
-from ..openqa_retrieval import search_with_embeddings
 from ..reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
 
 __all__ = ["RealmRetrieverTrainer", "retrieval_loss"]
@@ -43,12 +42,13 @@ def retrieval_loss(model, input_ids, attention_mask=None, token_type_ids=None, a
         raise ValueError("The retrieval loss needs the gold `answers` (or `answer_ids`) of every question.")
     k = min(int(k or model.config.searcher_beam_size), len(retriever))
     question = model.embed_questions(input_ids, attention_mask, token_type_ids)
-    search = search_with_embeddings(retriever, question.detach(), k)
+    # Embeddings and token ids from the search itself: one state of the corpus, nothing looked up afterwards.
+    search = retriever.search(question.detach(), k, return_embeddings=True, return_token_ids=True)
     with torch.autocast(question.device.type, enabled=False):
         scores = torch.einsum(
             "bd,bkd->bk", question.float(), search.block_embeddings.to(question.device, torch.float32)
         )
-    token_ids, lengths = retriever.get_block_token_ids(search.block_ids)
+    token_ids, lengths = search.block_token_ids, search.block_token_lengths
     correct = torch.stack(
         [
             find_answers_in_token_ids(token_ids[i].long(), lengths[i], golds)
