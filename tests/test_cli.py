@@ -666,3 +666,13 @@ def test_the_console_script_and_the_commands_share_their_exit_statuses():
     from realm_hf.cli import common
 
     assert (realm_hf_cli.EXIT_OK, realm_hf_cli.EXIT_ERROR) == (common.EXIT_OK, common.EXIT_ERROR)
+
+
+def test_package_main_stays_the_entry_point_after_a_command_ran(tmp_path):
+    # A submodule named `realm_hf.cli.main` replaced the package's `main` function once a command had run.
+    import realm_hf.cli
+    import realm_hf_cli
+
+    assert realm_hf.cli.main(["-q", "evaluate", str(tmp_path / "missing.jsonl"), "--model", str(tmp_path)]) == 2
+    assert realm_hf.cli.main is realm_hf_cli.main
+    assert realm_hf.cli.main(["-q", "evaluate", str(tmp_path / "missing.jsonl"), "--model", str(tmp_path)]) == 2

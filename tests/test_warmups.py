@@ -311,3 +311,18 @@ def test_group_by_length_batches_similar_lengths_in_the_warmups(tmp_path):
     assert (
         "length" not in retriever_warmup_trainer(model, arguments(tmp_path, 1), questions).train_dataset.column_names
     )
+
+
+def test_open_qa_fine_tuning_takes_length_grouped_batches_too(tmp_path):
+    # The demo gives every stage the same arguments: the Open-QA recipe must add and keep the length column as well.
+    from realm_hf.training.recipes import openqa_trainer
+
+    model = tiny_model()
+    questions = datasets.Dataset.from_list(
+        [{"question": f"what is item {i}?", "answers": ["paris"]} for i in range(4)]
+    )
+    args = arguments(tmp_path, steps=1, batch=2)
+    args.train_sampling_strategy = "group_by_length"
+    trainer = openqa_trainer(model, args, questions)
+    assert "length" in trainer.train_dataset.column_names
+    assert [batch["input_ids"].shape[0] for batch in trainer.get_train_dataloader()] == [2, 2]

@@ -8,7 +8,7 @@ reference is docs/cli.md.
 
 Layout: the entry point and the parser live in the top-level modules `realm_hf_cli` (the console script
 `realm-hf = realm_hf_cli:main`) and `realm_hf_cli_parser`, outside this package, so that `--help` imports neither torch nor transformers.
-Here: `main` (runs a parsed command, reports errors), `parser` (re-exports the parser), `readers`
+Here: `running` (runs a parsed command, reports errors), `parser` (re-exports the parser), `readers`
 (input files), `models` (loading models), `outputs` (atomic writes), `train_config` (the `train` config file) and
 `commands/` (one module per command). The modules import nothing heavy at module level: torch, transformers,
 datasets and faiss are imported by the command that runs.

@@ -288,6 +288,7 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         for column in (
             getattr(collator, "question_column", "question"),
             getattr(collator, "answers_column", "answers"),
+            self.args.length_column_name,  # for train_sampling_strategy="group_by_length"
         ):
             if column not in self._signature_columns:
                 self._signature_columns.append(column)

@@ -113,7 +113,7 @@ def openqa_trainer(
     trainer = RealmOpenQATrainer(
         model=model,
         args=args,
-        train_dataset=train_dataset,
+        train_dataset=with_length_column(train_dataset, args, ("question",)),
         eval_dataset=eval_dataset,
         recall_ks=tuple(recall_ks),
         callbacks=list(callbacks) or None,

@@ -2,7 +2,8 @@
 
 The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch, with the parser of
 `realm_hf_cli_parser`) and calls [`run_command`] (`realm_hf.cli.main(argv)` is that entry point, re-exported by the
-package).
+package). Named `running`, not `main`: a submodule `realm_hf.cli.main`, once imported, would replace the package's
+`main` function with itself.
 """
 
 from __future__ import annotations
