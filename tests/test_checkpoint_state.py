@@ -191,3 +191,39 @@ def test_every_realm_hf_trainer_checkpoints_without_pickle():
         "RealmOpenQATrainer", "RealmPreTrainingTrainer", "RealmICTTrainer", "RealmReaderTrainer", "RealmRetrieverTrainer"
     }  # fmt: skip
     assert [cls.__name__ for cls in ours if not issubclass(cls, RealmCheckpointMixin)] == []
+
+
+def test_background_pushes_show_no_data_file_warning_and_upload_everything(tmp_path, monkeypatch, caplog):
+    """
+    `trainer.push_to_hub(blocking=False)` and the `hub_strategy` pushes commit in huggingface_hub's worker thread,
+    after the call returned: huggingface_hub's "about to commit a data file" warning for each corpus file used to show
+    there (realm-hf hid it only around blocking pushes). The same warning for other files still shows.
+    """
+    import logging
+    import warnings
+
+    from hub_server import TOKEN, LocalHub, point_clients_at
+
+    from realm_hf import RealmForOpenQA
+
+    with LocalHub() as hub, warnings.catch_warnings(record=True) as caught:  # also restores the filters afterwards
+        warnings.simplefilter("default")
+        point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        run = trainer(
+            tmp_path / "out", max_steps=1, push_to_hub=True, hub_model_id="realm-test/bg", hub_strategy="checkpoint"
+        )
+        with caplog.at_level(logging.INFO, logger="realm_hf"):
+            run.train()  # its checkpoint is pushed in the background
+            future = run.push_to_hub(blocking=False)
+            future.result()
+        # The filter is for the corpus only: the same warning for another data file still shows.
+        other = "It seems that you are about to commit a data file (results.parquet) to a model repository."
+        warnings.warn(other, UserWarning, stacklevel=1)
+        files = set(hub.files("realm-test/bg"))
+        reloaded = RealmForOpenQA.from_pretrained("realm-test/bg")
+    assert reloaded.retriever.corpus["text"] == run.model.retriever.corpus["text"]
+    assert any(name.startswith("retriever/corpus/") for name in files)
+    assert any(name.startswith("last-checkpoint/retriever/corpus/") for name in files)
+    assert [str(w.message) for w in caught if "about to commit a data file" in str(w.message)] == [other]
+    assert any("hidden for them" in record.getMessage() for record in caplog.records)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import warnings
 from typing import Any
 
 import numpy as np
 import safetensors.torch
 import torch
 
+from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text, staged_save
+from ..logging_utils import get_logger
 
 #: The training arguments a realm-hf Trainer saves beside the model, as JSON: what transformers' Trainer pickles into
 #: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
@@ -41,6 +45,34 @@ def save_training_args_json(args, output_dir: str) -> str:
     if os.path.isfile(pickled):
         os.remove(pickled)
     return path
+
+
+logger = get_logger(__name__)
+
+# huggingface_hub's warning for an Arrow/Parquet file committed to a model repo, for the files of a REALM corpus
+# (`retriever/corpus/`, in the repo or under a pushed checkpoint's folder).
+_CORPUS_DATA_FILE_WARNING = r"It seems that you are about to commit a data file \([^)]*" + re.escape(
+    f"{RETRIEVER_SUBFOLDER}/{CORPUS_DIR}/"
+)
+
+
+def hide_background_corpus_warnings() -> None:
+    """
+    Hide huggingface_hub's "about to commit a data file" warning for the corpus files of a REALM model repo
+    (`retriever/corpus/...` only) in uploads that run in the background: `trainer.push_to_hub(blocking=False)` and the
+    pushes of `hub_strategy`. Those commits run in huggingface_hub's worker thread after the push call has returned,
+    where a `warnings.catch_warnings` block of the caller (not thread-safe either) no longer applies, so a filter
+    matching only that path is installed once; the repo holds its corpus on purpose (docs/hub.md).
+    """
+    if any(f[0] == "ignore" and getattr(f[1], "pattern", None) == _CORPUS_DATA_FILE_WARNING for f in warnings.filters):
+        return
+    warnings.filterwarnings("ignore", message=_CORPUS_DATA_FILE_WARNING, category=UserWarning)
+    logger.info(
+        "Corpus data files (Arrow/Parquet under %s/%s/) go to a model repository on purpose: a REALM model repo holds "
+        "its corpus and index, so huggingface_hub's 'about to commit a data file' warning is hidden for them.",
+        RETRIEVER_SUBFOLDER,
+        CORPUS_DIR,
+    )
 
 
 def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
@@ -219,6 +251,18 @@ class RealmCheckpointMixin:
             return super()._load_rng_state(checkpoint)
         _set_rng_states(load_state(path))
 
+    def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
+        """Put the checkpoint's whole model save (every entry but the training state) into `output_dir`, at once."""
+        with staged_save(output_dir) as save:
+            names = sorted(name for name in os.listdir(checkpoint_folder) if not _is_trainer_state(name))
+            for name in names:
+                source, target = os.path.join(checkpoint_folder, name), os.path.join(save.staging, name)
+                if os.path.isdir(source):
+                    shutil.copytree(source, target)
+                else:
+                    shutil.copy2(source, target)
+            save.replace = names
+
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """
         As transformers' `_push_from_checkpoint` (upload `output_dir` with the checkpoint's model, and the checkpoint
@@ -237,16 +281,9 @@ class RealmCheckpointMixin:
         if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
             return
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
+        hide_background_corpus_warnings()
         output_dir = self.args.output_dir
-        with staged_save(output_dir) as save:
-            names = sorted(name for name in os.listdir(checkpoint_folder) if not _is_trainer_state(name))
-            for name in names:
-                source, target = os.path.join(checkpoint_folder, name), os.path.join(save.staging, name)
-                if os.path.isdir(source):
-                    shutil.copytree(source, target)
-                else:
-                    shutil.copy2(source, target)
-            save.replace = names
+        self._refresh_push_folder(checkpoint_folder, output_dir)
         save_training_args_json(self.args, output_dir)
         if self.args.save_strategy == SaveStrategy.STEPS:
             commit_message = f"Training in progress, step {self.state.global_step}"
@@ -262,6 +299,8 @@ class RealmCheckpointMixin:
                 run_as_future=True,
                 # As transformers, plus a save being staged while this upload runs in the background.
                 ignore_patterns=["_*", f"{trainer_module.PREFIX_CHECKPOINT_DIR}-*", ".realm-hf-*"],
+                # A re-saved corpus may have other shard names: no old ones left beside the new manifest.
+                delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"],
                 revision=self.args.hub_revision,
             )
         ]
@@ -275,6 +314,7 @@ class RealmCheckpointMixin:
                     commit_message=commit_message + ", checkpoint",
                     token=self.args.hub_token,
                     run_as_future=True,
+                    delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"],
                     revision=self.args.hub_revision,
                 )
             )
@@ -288,6 +328,7 @@ __all__ = [
     "PICKLED_TRAINING_ARGS",
     "RealmCheckpointMixin",
     "TRAINING_ARGS_JSON",
+    "hide_background_corpus_warnings",
     "load_state",
     "save_state",
     "save_training_args_json",

@@ -12,7 +12,12 @@ from typing import Any
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..modeling_base import RealmPreTrainedModel
-from .checkpoint_state import TRAINING_ARGS_JSON, RealmCheckpointMixin, save_training_args_json
+from .checkpoint_state import (
+    TRAINING_ARGS_JSON,
+    RealmCheckpointMixin,
+    hide_background_corpus_warnings,
+    save_training_args_json,
+)
 
 
 class RealmModelCardMixin(RealmCheckpointMixin):
@@ -37,6 +42,18 @@ class RealmModelCardMixin(RealmCheckpointMixin):
             if isinstance(model, RealmPreTrainedModel) and not getattr(model.retriever, "is_sharded", False):
                 model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
 
+    def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
+        # A push during training (`hub_strategy`) uploads the corpus as Parquet too, so that the pushes and the final
+        # `push_to_hub` write the same files. The model is the checkpoint's: the push follows its save at once.
+        model = self.accelerator.unwrap_model(self.model)
+        if not isinstance(model, RealmPreTrainedModel) or getattr(model, "retriever", None) is None:
+            return super()._refresh_push_folder(checkpoint_folder, output_dir)
+        if getattr(model.retriever, "is_sharded", False):
+            return super()._refresh_push_folder(checkpoint_folder, output_dir)
+        model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+
     def push_to_hub(self, *args, **kwargs):
         """
         As [`~transformers.Trainer.push_to_hub`], with the corpus uploaded as Parquet shards (as `model.push_to_hub`
@@ -44,6 +61,9 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         """
         from ..hub import expected_data_files  # local import: hub code is needed only when pushing
 
+        blocking = kwargs.get("blocking", args[1] if len(args) > 1 else True)
+        if not blocking:  # the commit runs after this call returns, outside `expected_data_files`
+            hide_background_corpus_warnings()
         self._pushing_to_hub = True
         try:
             with expected_data_files():
