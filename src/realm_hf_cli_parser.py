@@ -58,6 +58,7 @@ _EPILOGS = {
   realm-hf index docs.jsonl --model my-realm-model --output my-corpus
   realm-hf index docs.csv --text-column body --title-column headline --model my-realm-model \\
       --index HNSW32 --output my-corpus
+  realm-hf index docs.jsonl --model my-realm-model --attach-to my-realm-model --index Flat+bm25 --overwrite
   realm-hf index saved_dataset_dir --model my-realm-model --attach-to my-realm-model --overwrite
   realm-hf index docs.parquet --model qa-model --document-embedder pretrained-embedder --output corpus""",
     "ask": """examples:
@@ -168,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=["auto", "json", "csv", "parquet", "dataset"])
     p.add_argument("--split", default="train", help="split of a saved DatasetDict (default: train)")
     p.add_argument(
-        "--index", default="Flat", help="FAISS factory string: Flat, HNSW32, IVF1024,Flat, ... (default: Flat)"
+        "--index",
+        default="Flat",
+        help="FAISS factory string: Flat, HNSW32, IVF1024,Flat, ... (default: Flat); add +bm25 (e.g. Flat+bm25) to "
+        "build a BM25 index beside it for hybrid retrieval (needs realm-hf[hybrid])",
     )
     p.add_argument(
         "--max-block-length", type=int, default=288, help="wordpieces per block, title included (default: 288)"

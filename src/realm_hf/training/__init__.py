@@ -4,6 +4,7 @@ each writes realm-hf's model card) and the ICT warm start.
 """
 
 from .callbacks import RealmReindexCallback
+from .checkpoint_state import RealmCheckpointMixin
 from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
 from .model_card import RealmModelCardMixin
@@ -13,6 +14,7 @@ from .pretraining import RealmPreTrainingTrainer
 
 __all__ = [
     "DataCollatorForInverseClozeTask",
+    "RealmCheckpointMixin",
     "DataCollatorForOpenQA",
     "DataCollatorForSalientSpanMasking",
     "RealmForInverseClozeTask",

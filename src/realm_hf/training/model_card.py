@@ -11,37 +11,48 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from ..file_utils import atomic_write_text
 from ..modeling_base import RealmPreTrainedModel
+from .checkpoint_state import (
+    TRAINING_ARGS_JSON,
+    RealmCheckpointMixin,
+    hide_background_corpus_warnings,
+    save_training_args_json,
+)
 
-#: The training arguments a realm-hf Trainer saves beside the model, as JSON: what transformers' Trainer pickles into
-#: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
-TRAINING_ARGS_JSON = "training_args.json"
-_PICKLED_TRAINING_ARGS = "training_args.bin"
 
-
-class RealmModelCardMixin:
+class RealmModelCardMixin(RealmCheckpointMixin):
     """
-    Gives a [`~transformers.Trainer`] subclass realm-hf's `create_model_card`, which `push_to_hub()` calls.
+    Gives a [`~transformers.Trainer`] subclass realm-hf's `create_model_card`, which `push_to_hub()` calls, and
+    checkpoints and pushes without pickle ([`~realm_hf.training.checkpoint_state.RealmCheckpointMixin`]).
 
     A Trainer using it may override [`~RealmModelCardMixin.model_card_setup`] to list its recipe (masking, negatives,
     ...) with the training settings.
     """
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        # As the Trainer's, but the arguments go to `training_args.json` (`TrainingArguments.to_json_string`) in place
-        # of the pickled `training_args.bin`: nothing a user downloads (`push_to_hub` uploads this folder) is pickle.
+        # The arguments are JSON (RealmCheckpointMixin._save); a push uploads the corpus as Parquet.
         super()._save(output_dir, state_dict)
         if not self.args.should_save:
             return
         output_dir = output_dir if output_dir is not None else self.args.output_dir
-        save_training_args_json(self.args, output_dir)
         model = self.accelerator.unwrap_model(self.model)
         if getattr(self, "_pushing_to_hub", False) and getattr(model, "retriever", None) is not None:
             # What `push_to_hub` uploads: the corpus as Parquet shards, as `model.push_to_hub` writes it (the
             # Trainer's save wrote Arrow). One more save, weights and retriever together, so the manifest binds them.
             if isinstance(model, RealmPreTrainedModel) and not getattr(model.retriever, "is_sharded", False):
                 model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
+
+    def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
+        # A push during training (`hub_strategy`) uploads the corpus as Parquet too, so that the pushes and the final
+        # `push_to_hub` write the same files. The model is the checkpoint's: the push follows its save at once.
+        model = self.accelerator.unwrap_model(self.model)
+        if not isinstance(model, RealmPreTrainedModel) or getattr(model, "retriever", None) is None:
+            return super()._refresh_push_folder(checkpoint_folder, output_dir)
+        if getattr(model.retriever, "is_sharded", False):
+            return super()._refresh_push_folder(checkpoint_folder, output_dir)
+        model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
 
     def push_to_hub(self, *args, **kwargs):
         """
@@ -50,6 +61,9 @@ class RealmModelCardMixin:
         """
         from ..hub import expected_data_files  # local import: hub code is needed only when pushing
 
+        blocking = kwargs.get("blocking", args[1] if len(args) > 1 else True)
+        if not blocking:  # the commit runs after this call returns, outside `expected_data_files`
+            hide_background_corpus_warnings()
         self._pushing_to_hub = True
         try:
             with expected_data_files():
@@ -122,17 +136,6 @@ class RealmModelCardMixin:
             training_results=training_results(self.state.log_history),
             **card_kwargs,
         )
-
-
-def save_training_args_json(args, output_dir: str) -> str:
-    """Write `args` (`TrainingArguments`) as `training_args.json` in `output_dir` (atomically) and remove a pickled
-    `training_args.bin` there; returns the JSON file's path."""
-    path = os.path.join(output_dir, TRAINING_ARGS_JSON)
-    atomic_write_text(path, args.to_json_string())
-    pickled = os.path.join(output_dir, _PICKLED_TRAINING_ARGS)
-    if os.path.isfile(pickled):
-        os.remove(pickled)
-    return path
 
 
 def last_evaluation(log_history: Sequence[dict]) -> dict[str, float] | None:

@@ -22,6 +22,7 @@ from transformers import Trainer
 from ..metrics import has_answer, normalize_answer
 from ..reader_inputs import build_reader_inputs, tokenize_answers
 from ..sentences import sentence_spans
+from .checkpoint_state import RealmCheckpointMixin
 from .masking import salient_spans
 
 __all__ = [
@@ -188,7 +189,7 @@ class DataCollatorForReaderWarmup:
         }
 
 
-class RealmReaderTrainer(Trainer):
+class RealmReaderTrainer(RealmCheckpointMixin, Trainer):
     """
     [`~transformers.Trainer`] for the reader warm-up: trains a [`RealmReader`] (e.g. `open_qa_model.reader`) on
     [`DataCollatorForReaderWarmup`] batches. It keeps the `question`, `context` and `answers` columns for the collator

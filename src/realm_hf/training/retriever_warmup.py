@@ -15,6 +15,7 @@ from transformers import Trainer
 
 from ..modeling_reader import _marginal_log_loss
 from ..reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
+from .checkpoint_state import RealmCheckpointMixin
 
 __all__ = ["RealmRetrieverTrainer", "retrieval_loss"]
 
@@ -62,7 +63,7 @@ def retrieval_loss(model, input_ids, attention_mask=None, token_type_ids=None, a
     return loss, has_answer
 
 
-class RealmRetrieverTrainer(Trainer):
+class RealmRetrieverTrainer(RealmCheckpointMixin, Trainer):
     """
     [`~transformers.Trainer`] for the retriever warm-up of a [`RealmForOpenQA`]: each step minimises
     [`retrieval_loss`] on a batch of [`~realm_hf.training.DataCollatorForOpenQA`] questions; the reader is never run.

@@ -10,6 +10,29 @@ from ..models import check_embedder_dir, embedder_from_dir
 from ..outputs import atomic_output_dir, check_output_dir
 from ..readers import load_documents
 
+#: What `--index FACTORY+SUFFIX` may add beside the FAISS index: a sparse index saved with it, which `ask`,
+#: `evaluate`, the pipeline and `from_pretrained` then search together with the dense one (retrieval/sparse.py).
+SPARSE_SUFFIXES = ("bm25",)
+
+
+def split_index_spec(spec: str) -> tuple[str, str | None]:
+    """
+    `"Flat+bm25"` -> `("Flat", "bm25")`: the FAISS factory string and the sparse index to build beside it (`None`).
+    A `+` followed by a letter names a sparse index; FAISS's own `+` (e.g. `PQ8+16`, a digit) stays in the factory.
+    """
+    factory, plus, suffix = spec.rpartition("+")
+    if not plus or not suffix[:1].isalpha():
+        return spec, None
+    if suffix.lower() not in SPARSE_SUFFIXES:
+        allowed = ", ".join(f"'+{name}'" for name in SPARSE_SUFFIXES)
+        raise CLIError(
+            f"--index {spec!r}: unknown suffix '+{suffix}'. After the FAISS factory string, {allowed} adds a sparse "
+            "index (e.g. --index Flat+bm25); without a suffix the index is dense only."
+        )
+    if not factory:
+        raise CLIError(f"--index {spec!r}: name the dense FAISS index before '+{suffix}' (e.g. Flat+{suffix}).")
+    return factory, suffix.lower()
+
 
 def run(args) -> int:
     from ...retrieval_realm import RealmRetriever
@@ -35,6 +58,17 @@ def run(args) -> int:
         attach_dir = os.path.join(args.attach_to, RETRIEVER_SUBFOLDER)
         if os.path.isdir(attach_dir) and os.listdir(attach_dir) and not args.overwrite:
             raise CLIError(f"{args.attach_to} already has a retriever/; pass --overwrite to replace it.")
+    factory, sparse = split_index_spec(args.index)
+    if sparse == "bm25":
+        try:  # checked before any document is read
+            from ...retrieval.sparse import require_bm25s  # local import: retrieval pulls in faiss and datasets
+
+            require_bm25s()
+        except ImportError:
+            raise CLIError(
+                f"--index {args.index}: the BM25 index needs the `bm25s` package: pip install 'realm-hf[hybrid]' "
+                f"(or use --index {factory} for the dense index alone)."
+            ) from None
     if args.max_block_length < 8:
         raise CLIError(f"--max-block-length must be at least 8 wordpieces, got {args.max_block_length}.")
 
@@ -64,14 +98,20 @@ def run(args) -> int:
         embedder.to(device).eval(),
         tokenizer,
         max_block_length=args.max_block_length,
-        index=args.index,
+        index=factory,
         batch_size=args.batch_size,
         device=device,
         dtype=args.dtype,
         show_progress=not State.quiet,
         train_size=args.train_size,
     )
-    info(f"Indexed {len(retriever)} blocks ({retriever.embedding_dim}-d, {args.index}).")
+    info(f"Indexed {len(retriever)} blocks ({retriever.embedding_dim}-d, {factory}).")
+    if sparse == "bm25":
+        from ...retrieval.sparse import HybridRealmRetriever
+
+        # Saved beside the dense index, under the same manifest; loading the model or corpus brings it back.
+        retriever = HybridRealmRetriever(retriever)
+        info(f"Built the BM25 index of the {len(retriever)} blocks (hybrid retrieval: BM25 candidates, dense scores).")
     if args.output:
         with atomic_output_dir(args.output, overwrite=args.overwrite) as tmp:
             retriever.save_pretrained(tmp, corpus_format=args.corpus_format)

@@ -1,0 +1,335 @@
+"""
+Trainer checkpoints without pickle: the arguments, optimizer, scheduler, gradient-scaler and RNG states that
+transformers' `Trainer` writes with `torch.save` (pickle) go to JSON and safetensors files instead, are read back on
+`resume_from_checkpoint`, and the pushes made during training (`hub_strategy`) upload none of the pickled files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from typing import Any
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
+from ..file_utils import atomic_write_text, staged_save
+from ..logging_utils import get_logger
+
+#: The training arguments a realm-hf Trainer saves beside the model, as JSON: what transformers' Trainer pickles into
+#: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
+TRAINING_ARGS_JSON = "training_args.json"
+PICKLED_TRAINING_ARGS = "training_args.bin"
+#: The checkpoint files of the training state (one safetensors file each; the non-tensor part of the state is JSON in
+#: the file's metadata). transformers writes `optimizer.pt`, `scheduler.pt`, `scaler.pt` and `rng_state.pth`.
+OPTIMIZER_STATE, SCHEDULER_STATE, SCALER_STATE, RNG_STATE = "optimizer", "scheduler", "scaler", "rng_state"
+STATE_SUFFIX = ".safetensors"
+_STATE_KEY = "realm_hf_state"
+# What a Trainer writes into a checkpoint beside the model's own save: not copied into `output_dir` by a push.
+_TRAINER_STATE_FILES = ("trainer_state.json", TRAINING_ARGS_JSON)
+_TRAINER_STATE_PREFIXES = (OPTIMIZER_STATE, SCHEDULER_STATE, SCALER_STATE, RNG_STATE)
+
+
+def save_training_args_json(args, output_dir: str) -> str:
+    """Write `args` (`TrainingArguments`) as `training_args.json` in `output_dir` (atomically) and remove a pickled
+    `training_args.bin` there; returns the JSON file's path."""
+    path = os.path.join(output_dir, TRAINING_ARGS_JSON)
+    atomic_write_text(path, args.to_json_string())
+    pickled = os.path.join(output_dir, PICKLED_TRAINING_ARGS)
+    if os.path.isfile(pickled):
+        os.remove(pickled)
+    return path
+
+
+logger = get_logger(__name__)
+
+# huggingface_hub's warning for an Arrow/Parquet file committed to a model repo, for the files of a REALM corpus
+# (`retriever/corpus/`, in the repo or under a pushed checkpoint's folder).
+_CORPUS_DATA_FILE_WARNING = r"It seems that you are about to commit a data file \([^)]*" + re.escape(
+    f"{RETRIEVER_SUBFOLDER}/{CORPUS_DIR}/"
+)
+
+
+def hide_background_corpus_warnings() -> None:
+    """
+    Hide huggingface_hub's "about to commit a data file" warning for the corpus files of a REALM model repo
+    (`retriever/corpus/...` only) in uploads that run in the background: `trainer.push_to_hub(blocking=False)` and the
+    pushes of `hub_strategy`. Those commits run in huggingface_hub's worker thread after the push call has returned,
+    where a `warnings.catch_warnings` block of the caller (not thread-safe either) no longer applies, so a filter
+    matching only that path is installed once; the repo holds its corpus on purpose (docs/hub.md).
+    """
+    if any(f[0] == "ignore" and getattr(f[1], "pattern", None) == _CORPUS_DATA_FILE_WARNING for f in warnings.filters):
+        return
+    warnings.filterwarnings("ignore", message=_CORPUS_DATA_FILE_WARNING, category=UserWarning)
+    logger.info(
+        "Corpus data files (Arrow/Parquet under %s/%s/) go to a model repository on purpose: a REALM model repo holds "
+        "its corpus and index, so huggingface_hub's 'about to commit a data file' warning is hidden for them.",
+        RETRIEVER_SUBFOLDER,
+        CORPUS_DIR,
+    )
+
+
+def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
+    # JSON for the structure, a reference for each tensor; tuples, non-string keys and arrays are tagged so that
+    # loading gives back what `load_state_dict` / `random.setstate` / `np.random.set_state` expect.
+    if isinstance(value, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = value.detach().cpu().contiguous()
+        return {"__type__": "tensor", "key": key}
+    if isinstance(value, np.ndarray):
+        return {"__type__": "ndarray", "dtype": str(value.dtype), "shape": list(value.shape), "data": value.tolist()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return {"__type__": "tuple", "items": [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and "__type__" not in value:
+            return {k: _encode(v, tensors, f"{where}.{k}") for k, v in value.items()}
+        return {
+            "__type__": "dict",
+            "items": [[_encode(k, tensors, where), _encode(v, tensors, f"{where}[{k!r}]")] for k, v in value.items()],
+        }
+    raise TypeError(
+        f"{where} is a {type(value).__name__}, which realm-hf cannot save without pickle (tensors, arrays, numbers, "
+        "strings, lists, tuples and dicts only)."
+    )
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    kind = value.get("__type__")
+    if kind is None:
+        return {k: _decode(v, tensors) for k, v in value.items()}
+    if kind == "tensor":
+        return tensors[value["key"]]
+    if kind == "ndarray":
+        return np.array(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+    if kind == "tuple":
+        return tuple(_decode(v, tensors) for v in value["items"])
+    if kind == "dict":
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in value["items"]}
+    raise ValueError(f"Unknown entry type {kind!r} in a saved training state.")
+
+
+def save_state(state: Any, path: str) -> None:
+    """
+    Save a nested training state (an optimizer's, scheduler's or scaler's `state_dict()`, RNG states) to one
+    safetensors file at `path`, without pickle: the tensors as tensors, everything else as JSON in the file's metadata.
+    Written to a temporary file and renamed, so a kill leaves the old file or the new one.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(state, tensors, os.path.basename(path))
+    partial = f"{path}.partial"
+    safetensors.torch.save_file(tensors, partial, metadata={_STATE_KEY: json.dumps(tree)})
+    os.replace(partial, path)
+
+
+def load_state(path: str, device: str | torch.device = "cpu") -> Any:
+    """Read back a training state written by [`save_state`], its tensors on `device`."""
+    with safetensors.safe_open(path, framework="pt", device=str(device)) as f:
+        metadata = f.metadata() or {}
+        tensors = {key: f.get_tensor(key) for key in f.keys()}
+    if _STATE_KEY not in metadata:
+        raise ValueError(f"{path} is not a training state saved by realm-hf (no {_STATE_KEY!r} metadata).")
+    return _decode(json.loads(metadata[_STATE_KEY]), tensors)
+
+
+def _rng_states() -> dict[str, Any]:
+    # The states transformers' `_save_rng_state` saves, for the devices this machine has.
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.random.get_rng_state_all()
+    return states
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.random.set_rng_state(states["cpu"])
+    if torch.cuda.is_available() and "cuda" in states:
+        cuda = states["cuda"]
+        if isinstance(cuda, (list, tuple)) and len(cuda) == torch.cuda.device_count():
+            torch.cuda.random.set_rng_state_all(cuda)
+        elif isinstance(cuda, torch.Tensor):
+            torch.cuda.random.set_rng_state(cuda)
+
+
+def _is_trainer_state(name: str) -> bool:
+    # Hidden entries too: realm-hf's save journal and staging folders belong to the folder, not to the model.
+    return (
+        name.startswith(".")
+        or name in _TRAINER_STATE_FILES
+        or (name.startswith(_TRAINER_STATE_PREFIXES) and name.endswith(STATE_SUFFIX))
+    )
+
+
+class RealmCheckpointMixin:
+    """
+    Gives a [`~transformers.Trainer`] subclass checkpoints and Hub pushes without pickle.
+
+    transformers' Trainer writes `training_args.bin`, `optimizer.pt`, `scheduler.pt`, `scaler.pt` and `rng_state.pth`
+    with `torch.save`, and uploads them with `hub_strategy="checkpoint"` / `"all_checkpoints"` (the arguments with
+    every push). With this mixin the arguments go to `training_args.json` and each state to a safetensors file
+    (`optimizer.safetensors`, ...; see [`save_state`]), which `resume_from_checkpoint` reads back (a checkpoint in
+    transformers' format still resumes through transformers' code). DeepSpeed, FSDP, XLA and SageMaker keep their own
+    checkpoint formats.
+    """
+
+    def _plain_checkpoints(self) -> bool:
+        # The engines that write their own optimizer checkpoints are left to transformers.
+        from transformers.utils import is_sagemaker_mp_enabled, is_torch_xla_available  # local: optional probes
+
+        return not (
+            self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available() or is_sagemaker_mp_enabled()
+        )
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        # As the Trainer's, but the arguments go to `training_args.json` (`TrainingArguments.to_json_string`) in place
+        # of the pickled `training_args.bin`.
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            save_training_args_json(self.args, output_dir if output_dir is not None else self.args.output_dir)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if not self._plain_checkpoints():
+            return super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            save_state(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_STATE + STATE_SUFFIX))
+            save_state(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_STATE + STATE_SUFFIX))
+
+    def _save_scaler(self, output_dir: str) -> None:
+        scaler = getattr(self.accelerator, "scaler", None)
+        if scaler is None or not self._plain_checkpoints():
+            return super()._save_scaler(output_dir)
+        if self.args.should_save:
+            save_state(scaler.state_dict(), os.path.join(output_dir, SCALER_STATE + STATE_SUFFIX))
+
+    def _rng_state_path(self, folder: str) -> str:
+        name = RNG_STATE if self.args.world_size <= 1 else f"{RNG_STATE}_{self.args.process_index}"
+        return os.path.join(folder, name + STATE_SUFFIX)
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        if not self._plain_checkpoints():
+            return super()._save_rng_state(output_dir)
+        # A process can get here before process 0 has created the checkpoint folder (as in transformers).
+        os.makedirs(output_dir, exist_ok=True)
+        save_state(_rng_states(), self._rng_state_path(output_dir))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        optimizer = os.path.join(checkpoint, OPTIMIZER_STATE + STATE_SUFFIX) if checkpoint else None
+        if optimizer is None or not os.path.isfile(optimizer) or not self._plain_checkpoints():
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        # As transformers: the CPU when training on one device, each process's device in distributed training.
+        device = self.args.device if self.args.world_size > 1 and self.args.device.type != "cpu" else "cpu"
+        self.optimizer.load_state_dict(load_state(optimizer, device))
+        scheduler = os.path.join(checkpoint, SCHEDULER_STATE + STATE_SUFFIX)
+        if os.path.isfile(scheduler):
+            self.lr_scheduler.load_state_dict(load_state(scheduler))
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        path = os.path.join(checkpoint, SCALER_STATE + STATE_SUFFIX) if checkpoint else None
+        if path is None or not os.path.isfile(path) or getattr(self.accelerator, "scaler", None) is None:
+            return super()._load_scaler(checkpoint)
+        self.accelerator.scaler.load_state_dict(load_state(path))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        path = self._rng_state_path(checkpoint) if checkpoint else None
+        if path is None or not os.path.isfile(path):
+            return super()._load_rng_state(checkpoint)
+        _set_rng_states(load_state(path))
+
+    def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
+        """Put the checkpoint's whole model save (every entry but the training state) into `output_dir`, at once."""
+        with staged_save(output_dir) as save:
+            names = sorted(name for name in os.listdir(checkpoint_folder) if not _is_trainer_state(name))
+            for name in names:
+                source, target = os.path.join(checkpoint_folder, name), os.path.join(save.staging, name)
+                if os.path.isdir(source):
+                    shutil.copytree(source, target)
+                else:
+                    shutil.copy2(source, target)
+            save.replace = names
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """
+        As transformers' `_push_from_checkpoint` (upload `output_dir` with the checkpoint's model, and the checkpoint
+        folder itself for `hub_strategy="checkpoint"` / `"all_checkpoints"`), with the arguments as JSON, not pickle.
+        The checkpoint's whole model save (weights, config, tokenizer, and a REALM model's `retriever/`, whose
+        manifest is bound to those weights) replaces the one in `output_dir`, all at once; transformers copies the
+        weights and config only, which would leave a retriever saved for other weights beside them.
+        """
+        # Local imports: the Trainer's Hub helpers (its `hf_api`, looked up at call time as the Trainer does).
+        import transformers.trainer as trainer_module
+        from transformers.trainer_utils import HubStrategy, SaveStrategy
+
+        if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
+            return
+        # If the last push has not finished, skip this one unless args.hub_always_push (as transformers).
+        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+            return
+        self.callback_handler.on_push_begin(self.args, self.state, self.control)
+        hide_background_corpus_warnings()
+        output_dir = self.args.output_dir
+        self._refresh_push_folder(checkpoint_folder, output_dir)
+        save_training_args_json(self.args, output_dir)
+        if self.args.save_strategy == SaveStrategy.STEPS:
+            commit_message = f"Training in progress, step {self.state.global_step}"
+        else:
+            commit_message = f"Training in progress, epoch {int(self.state.epoch)}"
+        api = trainer_module.hf_api()
+        push_jobs = [
+            api.upload_folder(
+                repo_id=self.hub_model_id,
+                folder_path=output_dir,
+                commit_message=commit_message,
+                token=self.args.hub_token,
+                run_as_future=True,
+                # As transformers, plus a save being staged while this upload runs in the background.
+                ignore_patterns=["_*", f"{trainer_module.PREFIX_CHECKPOINT_DIR}-*", ".realm-hf-*"],
+                # A re-saved corpus may have other shard names: no old ones left beside the new manifest.
+                delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"],
+                revision=self.args.hub_revision,
+            )
+        ]
+        if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
+            in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else checkpoint_folder
+            push_jobs.append(
+                api.upload_folder(
+                    repo_id=self.hub_model_id,
+                    folder_path=checkpoint_folder,
+                    path_in_repo=os.path.basename(in_repo),
+                    commit_message=commit_message + ", checkpoint",
+                    token=self.args.hub_token,
+                    run_as_future=True,
+                    delete_patterns=[f"{RETRIEVER_SUBFOLDER}/*"],
+                    revision=self.args.hub_revision,
+                )
+            )
+        if self.push_in_progress is None or self.push_in_progress.is_done():
+            self.push_in_progress = trainer_module.PushInProgress(push_jobs)
+        else:
+            self.push_in_progress.jobs.extend(push_jobs)
+
+
+__all__ = [
+    "PICKLED_TRAINING_ARGS",
+    "RealmCheckpointMixin",
+    "TRAINING_ARGS_JSON",
+    "hide_background_corpus_warnings",
+    "load_state",
+    "save_state",
+    "save_training_args_json",
+]
