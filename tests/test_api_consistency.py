@@ -32,12 +32,12 @@ def _encode(tokenizer, questions):
 
 
 def test_from_pretrained_without_retriever_loads_the_weights_alone(tiny, monkeypatch):
-    import realm_hf.modeling_openqa as modeling_openqa
+    import realm_hf.retriever_owner as retriever_owner
 
     def no_corpus(*args, **kwargs):
         raise AssertionError("load_retriever=False must not look for a corpus")
 
-    monkeypatch.setattr(modeling_openqa, "_load_retriever_for", no_corpus)
+    monkeypatch.setattr(retriever_owner, "load_checkpoint_retriever", no_corpus)
     model = RealmForOpenQA.from_pretrained(tiny[2], load_retriever=False)
     assert model.retriever is None
     expected = tiny[0].state_dict()

@@ -42,7 +42,7 @@ class RealmOpenQADocumentEmbedderMixin:
                 the question embedder (they start equal in REALM's fine-tuning from pre-training).
             trainable (`bool`, *optional*, defaults to `True`): Leave its parameters trainable.
         """
-        embedder = copy.deepcopy(self.embedder) if embedder is None else embedder
+        embedder = copy.deepcopy(self.query_embedder) if embedder is None else embedder
         embedder.requires_grad_(trainable)
         self.document_embedder = embedder
         self.config.use_document_embedder = True

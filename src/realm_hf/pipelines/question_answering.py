@@ -116,7 +116,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 "The model has no retriever (no corpus and index attached, e.g. loaded with `load_retriever=False` or "
                 "saved without one), so the pipeline has no tokenizer to take from it and could not answer open "
                 "questions. Attach a corpus first: `model.set_retriever(RealmRetriever.from_documents(documents, "
-                "model.embedder, tokenizer))`, or load a directory saved with its `retriever/`. To answer from given "
+                "model.index_embedder, tokenizer))`, or load a directory saved with its `retriever/`. To answer from given "
                 "contexts only (`qa(question=..., context=...)`), pass `tokenizer=RealmTokenizer.from_pretrained(path)`."
             )
         model.warn_if_reader_untrained()

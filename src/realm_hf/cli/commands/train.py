@@ -160,8 +160,7 @@ def _train_finetune(config: dict, args) -> dict:
     if config.get("corpus") or config.get("documents"):
         if tokenizer is None:
             tokenizer = model.retriever.tokenizer if model.retriever is not None else load_tokenizer(config["model"])
-        embedder = model.document_embedder if model.document_embedder is not None else model.embedder
-        _attach_corpus(model, config, embedder, tokenizer)
+        _attach_corpus(model, config, model.index_embedder, tokenizer)
     elif model.retriever is None:
         model.require_retriever()
     # Trained end to end, or frozen (a document embedder the model came with too), so the index never goes stale.
@@ -303,7 +302,7 @@ def _train_pretrain(config: dict, args) -> dict:
         )
         tokenizer = load_tokenizer(config["legacy_embedder"], config["legacy_encoder"])
     if config.get("corpus") or config.get("documents"):
-        _attach_corpus(model, config, model.document_embedder, tokenizer)
+        _attach_corpus(model, config, model.index_embedder, tokenizer)
     elif model.retriever is None:
         raise CLIError("pretrain needs a corpus: give `corpus` or `documents` in the config.")
     model.tokenizer = tokenizer
