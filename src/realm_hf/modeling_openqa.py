@@ -13,11 +13,11 @@ from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import _best_spans, check_finite_reader_logits, collect_answers
+from .openqa_answers import best_answer, best_spans, check_finite_reader_logits, collect_answers, read_results
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
 from .openqa_retrieval import reorder_search, search_with_embeddings  # noqa: F401 (re-exported)
 from .precision import autocast
-from .provenance import answer_record, block_provenance, span_log_probs
+from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .retriever_owner import RetrieverOwnerMixin
@@ -356,41 +356,14 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RetrieverOwnerMixin, Real
                         questions=chunk,
                         num_blocks=num_blocks,
                     )
-                reader_output = out.reader_output
-                check_finite_reader_logits(reader_output.reader_logits)
-                for b, question in enumerate(chunk):
-                    if top_k is not None:
-                        results.append(self._top_answers(out, b, question, top_k, tokenizer))
-                        continue
-                    row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
-                    log_probs = span_log_probs(reader_output.reader_logits[b])
-                    span = out.answer_char_spans[b]
+                check_finite_reader_logits(out.reader_output.reader_logits)
+                # The one answer path (`openqa_answers.best_spans`), as the pipeline and `realm-hf ask` answer.
+                for b, result in enumerate(read_results(out, chunk)):
                     retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
-                    record = answer_record(
-                        out.predicted_answers[b],
-                        score=float(log_probs[row, candidate].exp()),
-                        logit=float(out.answer_scores[b]),
-                        start=span[0] if span else None,
-                        end=span[1] if span else None,
-                        block=retrieved[row],
-                    )
-                    results.append({"question": question, **record, "retrieved": retrieved})
+                    if top_k is None:
+                        answer = best_answer(result, self.config.max_span_width, tokenizer)
+                        results.append({"question": chunk[b], **answer, "retrieved": retrieved})
+                        continue
+                    answers = best_spans(result, top_k, self.config.max_span_width, tokenizer)
+                    results.append([{"question": chunk[b], **answer, "retrieved": retrieved} for answer in answers])
         return results[0] if single else results
-
-    def _top_answers(self, out: RealmForOpenQAOutput, b: int, question: str, top_k: int, tokenizer) -> list[dict]:
-        # The pipeline's selection (`_best_spans`) over question `b`'s read blocks, in `answer()`'s schema.
-        reader_output = out.reader_output
-        num_read = reader_output.reader_logits.shape[1]
-        retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
-        offsets = out.reader_offset_mapping
-        result = {
-            "logits": reader_output.reader_logits[b].detach().float().cpu(),
-            "starts": reader_output.candidate_starts.cpu(),
-            "ends": reader_output.candidate_ends.cpu(),
-            "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
-            "input_ids": out.reader_input_ids[b, :num_read].cpu(),
-            "texts": [block["text"] for block in out.retrieved_blocks[b][:num_read]],
-            "blocks": retrieved[:num_read],
-        }
-        answers = _best_spans(result, top_k, self.config.max_span_width, tokenizer)
-        return [{"question": question, **answer, "retrieved": retrieved} for answer in answers]
