@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from ...file_utils import atomic_write_text
 from ..common import (
     EXIT_OK,
     CLIError,
@@ -17,7 +18,6 @@ from ..common import (
     normalize_metric_names,
     require_local_or_hub,
 )
-from ..outputs import write_text_atomic
 from ..readers import load_documents, load_qa, load_table
 from ..train_config import load_train_config, resolve_seed
 
@@ -400,7 +400,7 @@ def run(args) -> int:
     else:
         metrics = _train_finetune(config, args)
     metrics_path = os.path.join(config["output_dir"], "train_results.json")
-    write_text_atomic(metrics_path, json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(metrics_path, json.dumps(metrics, indent=2) + "\n")
     printable = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(metrics_table({k: float(v) for k, v in printable.items()}))
     info(f"Saved the model and its retriever to {config['output_dir']}.")
