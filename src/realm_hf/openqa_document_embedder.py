@@ -17,8 +17,8 @@ from .retrieval.encoding import tokenize_blocks
 
 class RealmOpenQADocumentEmbedderMixin:
     """
-    The document-embedder side of [`RealmForOpenQA`], mixed into it: uses the model's `embedder`, `document_embedder`,
-    `retriever`, `config` and `training`.
+    The document-embedder side of [`RealmForOpenQA`], mixed into it: uses the model's `query_embedder`,
+    `document_embedder`, `retriever`, `config` and `training`.
     """
 
     # Blocks per document-embedder call when retrieved blocks are re-embedded with gradient (end-to-end training):
