@@ -32,12 +32,12 @@ def _encode(tokenizer, questions):
 
 
 def test_from_pretrained_without_retriever_loads_the_weights_alone(tiny, monkeypatch):
-    import realm_hf.modeling_openqa as modeling_openqa
+    import realm_hf.retriever_owner as retriever_owner
 
     def no_corpus(*args, **kwargs):
         raise AssertionError("load_retriever=False must not look for a corpus")
 
-    monkeypatch.setattr(modeling_openqa, "_load_retriever_for", no_corpus)
+    monkeypatch.setattr(retriever_owner, "load_checkpoint_retriever", no_corpus)
     model = RealmForOpenQA.from_pretrained(tiny[2], load_retriever=False)
     assert model.retriever is None
     expected = tiny[0].state_dict()
@@ -237,3 +237,62 @@ def test_lora_targets_follow_the_shared_names(tiny):
         lora_target_regex(RealmForOpenQA(config), ("document_embedder",))
     with pytest.raises(ValueError, match="no component 'reader'"):
         lora_target_regex(ict, ("reader",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One answer path; one notion of the embedder that fills the index
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_answer_pipeline_and_forward_cut_span_text_in_one_place(tiny, monkeypatch):
+    """Issue 24: `answer()` and the pipeline each cut span text from offsets; now `openqa_answers.span_text` does."""
+    from realm_hf import openqa_answers
+
+    model, tokenizer = tiny[0], tiny[1]
+    qa = realm_hf.pipeline("question-answering", model=model)
+    cut = []
+    original = openqa_answers.span_text
+
+    def recording(*args, **kwargs):
+        cut.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(openqa_answers, "span_text", recording)
+    calls = {
+        "answer()": lambda: model.answer(QUESTIONS[0]),
+        "answer(top_k=2)": lambda: model.answer(QUESTIONS[0], top_k=2),
+        "pipeline": lambda: qa(QUESTIONS[0]),
+        "pipeline(top_k=2)": lambda: qa(QUESTIONS[0], top_k=2),
+        "pipeline(context=...)": lambda: qa(QUESTIONS[0], context="Donald Knuth wrote the book."),
+        "forward": lambda: model(**_encode(tokenizer, QUESTIONS[:1]), questions=QUESTIONS[:1]),
+    }
+    for name, call in calls.items():
+        cut.clear()
+        with torch.no_grad():
+            call()
+        assert cut, f"{name} did not cut its answer text through openqa_answers.span_text"
+    # And the one path gives one answer: answer() is the pipeline's best answer, with the read blocks.
+    for question in QUESTIONS:
+        answer, piped = model.answer(question), qa(question)
+        assert {k: answer[k] for k in piped if k != "block"} == {k: v for k, v in piped.items() if k != "block"}
+        assert answer["block"] == piped["block"]
+        assert model.answer(question, top_k=3) == [
+            {"question": question, **a, "retrieved": answer["retrieved"]} for a in qa(question, top_k=3)
+        ]
+
+
+def test_index_embedder_is_the_embedder_that_fills_the_index(tiny):
+    from realm_hf.training.callbacks import document_embedder_of
+    from realm_hf.training.recipes import set_document_embedder_trainable
+
+    model = RealmForOpenQA(copy.deepcopy(tiny[0].config))
+    # Open-QA without a document embedder of its own: the index is re-embedded with the question embedder.
+    assert model.document_embedder is None and model.index_embedder is model.query_embedder is model.embedder
+    assert document_embedder_of(model) is model.index_embedder
+    assert set_document_embedder_trainable(model, True) is model.document_embedder is model.index_embedder
+    assert model.index_embedder is not model.query_embedder
+    pretraining = RealmForPreTraining(model.config)
+    assert pretraining.index_embedder is pretraining.document_embedder is pretraining.embedder
+    assert document_embedder_of(pretraining) is pretraining.embedder
+    ict = RealmForInverseClozeTask(model.config)
+    assert ict.index_embedder is ict.embedder

@@ -134,6 +134,33 @@ def test_from_pretrained_repo_id_offline_from_cache(saved, tmp_path):
         assert_same_model_answers(answers_of(reloaded), answers_of(model))
 
 
+def test_pretraining_from_pretrained_repo_id_loads_its_corpus_as_open_qa_does(saved, tmp_path):
+    """Issue 24: RealmForPreTraining.from_pretrained(repo_id) fetched the weights but left the corpus behind."""
+    from realm_hf import RealmForPreTraining
+
+    model, tokenizer, _ = saved
+    pretraining = RealmForPreTraining(model.config, retriever=model.retriever)
+    local = tmp_path / "pretraining"
+    pretraining.save_pretrained(local, tokenizer=tokenizer)
+    cache = str(tmp_path / "cache")
+    populate_cache(local, "realm-test/tiny-pretraining", cache)
+    for revision in (None, COMMIT):
+        reloaded = RealmForPreTraining.from_pretrained(
+            "realm-test/tiny-pretraining", cache_dir=cache, revision=revision
+        )
+        assert reloaded.retriever is not None and len(reloaded.retriever) == len(DOCS)
+        assert reloaded.retriever.embedding_dim == model.retriever.embedding_dim
+        torch.testing.assert_close(
+            reloaded.retriever.get_block_embeddings(torch.arange(len(DOCS)).view(1, -1)),
+            model.retriever.get_block_embeddings(torch.arange(len(DOCS)).view(1, -1)),
+        )
+    # Weights alone, as for Open-QA: nothing is fetched for the corpus.
+    weights_only = RealmForPreTraining.from_pretrained(
+        "realm-test/tiny-pretraining", cache_dir=cache, load_retriever=False
+    )
+    assert weights_only.retriever is None
+
+
 def test_pipeline_repo_id_offline_from_cache(saved, tmp_path):
     model, _, path = saved
     cache = str(tmp_path / "cache")
@@ -229,7 +256,7 @@ def test_reference_fields_round_trip_and_local_directory(saved, tmp_path):
 
 
 def test_load_retriever_from_hub_signature_matches_modeling_call(saved, tmp_path):
-    # openqa_retrieval.load_retriever_for_checkpoint calls load_retriever_from_hub(model, path, revision=, ...).
+    # retriever_loading.load_checkpoint_retriever calls load_retriever_from_hub(model, path, revision=, ...).
     cache = str(tmp_path / "cache")
     populate_cache(saved[2], "realm-test/tiny", cache)
     retriever = load_retriever_from_hub(saved[0], "realm-test/tiny", revision="main", cache_dir=cache, token=None)
@@ -526,8 +553,6 @@ def test_transformers_push_to_hub_cannot_upload_the_retriever(saved, tmp_path, m
 
 
 def test_model_push_to_hub_is_the_realm_one(saved, tmp_path, monkeypatch):
-    if "push_to_hub" not in vars(RealmForOpenQA):
-        pytest.skip("RealmForOpenQA.push_to_hub does not delegate to realm_hf.hub.push_to_hub yet")
     hub = RecordingHub(tmp_path)
     hub.install(monkeypatch)
     saved[0].push_to_hub("realm-test/method")

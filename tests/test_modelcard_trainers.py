@@ -117,13 +117,11 @@ def test_pretraining_trainer_push_to_hub_uploads_the_realm_hf_card(tokenizer, tm
     assert "model-index" not in metadata  # the evaluation set was not named: results in the card's table only
     assert "| (not named) |  | Masked-LM loss |" in card
     assert metadata["base_model"] == "google/realm-cc-news-pretrained-encoder"  # the repo it was loaded from
-    assert 'RealmForPreTraining.from_pretrained(snapshot_download("realm-test/tiny-pretrained"))' in card
+    assert 'RealmForPreTraining.from_pretrained("realm-test/tiny-pretrained")' in card
     # The model went up with its corpus and index (the weights through LFS), and loads back with them.
     assert isinstance(stored["model.safetensors"], LfsFile) and "retriever/index.faiss" in stored
-    # As the card says: from a downloaded repo, from_pretrained attaches the corpus saved with the model.
-    from huggingface_hub import snapshot_download
-
-    reloaded = RealmForPreTraining.from_pretrained(snapshot_download("realm-test/tiny-pretrained"))
+    # As the card says: from_pretrained of the repo id attaches the corpus saved with the model, as for Open-QA.
+    reloaded = RealmForPreTraining.from_pretrained("realm-test/tiny-pretrained")
     assert len(reloaded.retriever) == len(trainer.model.retriever)
 
 

@@ -359,7 +359,7 @@ def test_classic_options_without_a_meaning_are_refused_with_the_reason(tiny, qa,
 
 
 def test_align_to_words_widens_wordpiece_spans():
-    from realm_hf.pipelines.answers import _align_to_words
+    from realm_hf.openqa_answers import _align_to_words
 
     text = "Unix was rewritten in C, (mostly) by Ritchie."
     start = text.index("written")  # a span starting at the wordpiece `##written`

@@ -1,12 +1,13 @@
 """
-Hub publishing and loading for REALM: one model repo that holds everything, or a model repo plus a dataset repo.
+Hub publishing for REALM: one model repo that holds everything, or a model repo plus a dataset repo. Loading is
+`realm_hf.retriever_loading`'s (one loader for local directories and Hub repos); its Hub functions are re-exported here.
 
 Layouts:
 
-- **One repo** (the default): `RealmForOpenQA.save_pretrained(dir)` / [`push_to_hub`] write the weights
-  (safetensors), config, tokenizer and model card at the root and the corpus (`corpus/`: Arrow locally, Parquet
-  shards when pushed), FAISS index (`index.faiss`), the corpus tokenizer and `retriever_manifest.json` under
-  `retriever/`. `RealmForOpenQA.from_pretrained(repo_id, revision=...)` fetches the
+- **One repo** (the default): `model.save_pretrained(dir)` / [`push_to_hub`] of a `RealmForOpenQA` or
+  `RealmForPreTraining` write the weights (safetensors), config, tokenizer and model card at the root and the corpus
+  (`corpus/`: Arrow locally, Parquet shards when pushed), FAISS index (`index.faiss`), the corpus tokenizer and
+  `retriever_manifest.json` under `retriever/`. `from_pretrained(repo_id, revision=...)` of either fetches the
   weights through transformers and the `retriever/` folder through [`load_retriever_from_hub`].
 - **Model + dataset repo**: [`push_corpus_to_hub`] shares a corpus and its index as a dataset repo (one corpus can
   serve several models); [`set_retriever_reference`] records it in the model config (`retriever_repo_id`,
@@ -28,11 +29,15 @@ import tempfile
 import warnings
 from typing import Any
 
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
-from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from huggingface_hub import HfApi
+from huggingface_hub.errors import EntryNotFoundError
 
 from .constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 from .logging_utils import get_logger
+
+# Loading lives in `retriever_loading` (one loader for local directories and Hub repos, for every REALM model that
+# owns a retriever); its Hub functions are part of this module's API too.
+from .retriever_loading import download_retriever, load_referenced_retriever, load_retriever_from_hub
 
 logger = get_logger(__name__)
 
@@ -41,238 +46,6 @@ RETRIEVER_MANIFEST_NAME = MANIFEST_NAME
 
 # Config fields that point a model at a retriever stored in another repo (or local directory).
 REFERENCE_FIELDS = ("retriever_repo_id", "retriever_revision", "retriever_repo_type", "retriever_subfolder")
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def download_retriever(
-    repo_id: str,
-    subfolder: str | None = RETRIEVER_SUBFOLDER,
-    repo_type: str | None = None,
-    revision: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    token: str | bool | None = None,
-    local_files_only: bool = False,
-) -> str | None:
-    r"""
-    Download (or find in the cache) the retriever files of a Hub repo and return their local folder.
-
-    Only the files under `subfolder` are fetched (`snapshot_download(allow_patterns=["<subfolder>/*"])`), pinned to
-    the commit at which the manifest was found, so that the corpus and index always come from one revision.
-
-    Args:
-        repo_id (`str`): Repo id on the Hub.
-        subfolder (`str`, *optional*, defaults to `"retriever"`): Folder of the retriever in the repo; `None` or `""`
-            for the repo root (a corpus pushed with [`push_corpus_to_hub`]).
-        repo_type (`str`, *optional*): `"model"` (default) or `"dataset"`.
-        revision (`str`, *optional*): Branch, tag or commit.
-        cache_dir, token, local_files_only: As in `huggingface_hub.snapshot_download`.
-
-    Returns:
-        `str` or `None`: The local retriever folder, or `None` when the repo has no retriever manifest there.
-
-    Raises:
-        `OSError`: Offline (`HF_HUB_OFFLINE=1` or `local_files_only=True`) and the retriever is not in the cache.
-    """
-    subfolder = (subfolder or "").strip("/")
-    manifest = f"{subfolder}/{MANIFEST_NAME}" if subfolder else MANIFEST_NAME
-    kwargs = {"repo_type": repo_type, "cache_dir": cache_dir}
-    try:
-        manifest_file = hf_hub_download(
-            repo_id, manifest, revision=revision, token=token, local_files_only=local_files_only, **kwargs
-        )
-    except LocalEntryNotFoundError as err:
-        # Offline: a cached "does not exist" marker (left by an earlier online load) means there is no retriever;
-        # anything else means we cannot know, and a model without its corpus cannot answer: say so now.
-        cached = try_to_load_from_cache(repo_id, manifest, revision=revision, **kwargs)
-        if cached is not None and not isinstance(cached, str):
-            return None
-        where = f"{repo_id}/{manifest}" + (f" at revision {revision}" if revision else "")
-        raise OSError(
-            f"Cannot load the REALM retriever ({where}): the Hub is not reachable (HF_HUB_OFFLINE=1 or "
-            "local_files_only=True) and it is not in the local cache. Load the model once online to cache it, "
-            "or pass a retriever explicitly: `RealmForOpenQA.from_pretrained(..., retriever=RealmRetriever."
-            "from_pretrained(local_dir))`."
-        ) from err
-    except EntryNotFoundError:
-        return None  # the repo has no retriever there (online answer)
-
-    # .../snapshots/<commit>/<manifest>: pin the snapshot download to that commit.
-    snapshot_root = manifest_file[: -len(manifest)].rstrip("/\\")
-    commit = os.path.basename(snapshot_root)
-    root = snapshot_download(
-        repo_id,
-        revision=commit if _looks_like_commit(commit) else revision,
-        allow_patterns=[f"{subfolder}/*"] if subfolder else None,
-        token=token,
-        local_files_only=local_files_only,
-        **kwargs,
-    )
-    return os.path.join(root, subfolder) if subfolder else root
-
-
-def _looks_like_commit(name: str) -> bool:
-    return len(name) == 40 and all(c in "0123456789abcdef" for c in name)
-
-
-def load_retriever_from_hub(
-    model,
-    repo_id: str,
-    revision: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    token: str | bool | None = None,
-    local_files_only: bool = False,
-    follow_reference: bool = True,
-    verify_checksums: bool = True,
-):
-    r"""
-    Load the retriever that belongs to a model repo on the Hub: its `retriever/` folder, or else the dataset repo its
-    config references (`config.retriever_repo_id`).
-
-    Called by `RealmForOpenQA.from_pretrained(repo_id)`.
-
-    Args:
-        model ([`RealmForOpenQA`]): The freshly loaded model (its `embedder` embeds new documents, its config may
-            hold a reference).
-        repo_id (`str`): The model repo.
-        revision, cache_dir, token, local_files_only: As given to `from_pretrained`.
-        follow_reference (`bool`, *optional*, defaults to `True`): Follow `config.retriever_repo_id` when the repo
-            has no `retriever/` folder.
-        verify_checksums (`bool`, *optional*, defaults to `True`): Also compare the sha256 of the weights and the
-            retriever's files with those its manifest recorded (sizes are always compared).
-
-    Raises:
-        `ValueError`: The repo's weights are not the ones its `retriever/` folder was saved with (its manifest's
-            `model_files`, written by [`push_to_hub`] and `save_pretrained`), e.g. new weights uploaded beside an
-            old index.
-
-    Returns:
-        [`RealmRetriever`] or `None` (no retriever anywhere: the model can still read a given context).
-    """
-    local = download_retriever(
-        repo_id,
-        RETRIEVER_SUBFOLDER,
-        revision=revision,
-        cache_dir=cache_dir,
-        token=token,
-        local_files_only=local_files_only,
-    )
-    if local is not None:
-        _check_weights_of_repo(local, repo_id, revision, verify_checksums)
-        return _retriever_from_dir(model, local, verify_checksums)
-    if follow_reference:
-        return load_referenced_retriever(
-            model,
-            cache_dir=cache_dir,
-            token=token,
-            local_files_only=local_files_only,
-            allow_local_reference=False,
-            referenced_by=repo_id,
-        )
-    return None
-
-
-def load_referenced_retriever(
-    model,
-    cache_dir: str | os.PathLike | None = None,
-    token: str | bool | None = None,
-    local_files_only: bool = False,
-    allow_local_reference: bool = True,
-    referenced_by: str | None = None,
-    **unused,
-):
-    r"""
-    Load the retriever named by the model config (`retriever_repo_id` and optionally `retriever_revision`,
-    `retriever_repo_type` (default `"dataset"`), `retriever_subfolder`), or return `None` when there is no reference.
-
-    `retriever_repo_id` may also be a local directory (a saved retriever), which is loaded as is, but only when this
-    function is called with `allow_local_reference=True` (the default of a direct call: you asked for it).
-    `from_pretrained` follows a reference with `allow_local_reference=False` (the model's directory or repo id in
-    `referenced_by`): a model's `config.json` may not make realm-hf read another corpus on this machine (an absolute
-    path, `../`, or a folder relative to the working directory) without a word from you.
-
-    Raises:
-        `OSError`: The reference points at a repo without a retriever manifest, or offline without the files.
-    """
-    config = model.config
-    repo_id = getattr(config, "retriever_repo_id", None)
-    if not repo_id:
-        return None
-    subfolder = getattr(config, "retriever_subfolder", None) or ""
-    if not allow_local_reference and _is_local_reference(repo_id):
-        kind = "model directory" if referenced_by and os.path.isdir(referenced_by) else "model repo"
-        raise ValueError(
-            f"The {kind} {referenced_by!r} names a local path as its retriever (config.retriever_repo_id="
-            f"{repo_id!r}): a model may not make realm-hf read another corpus on this machine, outside it, without "
-            "your say (a downloaded repo may not make realm-hf read outside it). If you trust that path, load it "
-            "yourself: `RealmForOpenQA.from_pretrained(model, retriever=RealmRetriever.from_pretrained(path))`, or "
-            "`realm_hf.hub.load_referenced_retriever(model)`; or remove the reference (`set_retriever_reference("
-            "model.config, None)`) and save the model with its corpus in its `retriever/` folder."
-        )
-    if os.path.isdir(repo_id):
-        return _retriever_from_dir(model, os.path.join(repo_id, subfolder) if subfolder else repo_id)
-    local = download_retriever(
-        repo_id,
-        subfolder,
-        repo_type=getattr(config, "retriever_repo_type", None) or "dataset",
-        revision=getattr(config, "retriever_revision", None),
-        cache_dir=cache_dir,
-        token=token,
-        local_files_only=local_files_only,
-    )
-    if local is None:
-        raise OSError(
-            f"The model config references the retriever repo {repo_id!r}, but it holds no "
-            f"{MANIFEST_NAME} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
-        )
-    return _retriever_from_dir(model, local)
-
-
-def _is_local_reference(repo_id: str) -> bool:
-    """Whether a `retriever_repo_id` names a path of this machine rather than a Hub repo id (`name` or `owner/name`)."""
-    return (
-        os.path.isabs(repo_id)
-        or os.path.exists(repo_id)
-        or repo_id.startswith((".", "~"))
-        or "\\" in repo_id
-        or ".." in repo_id.split("/")
-        or repo_id.count("/") > 1
-    )
-
-
-def _retriever_from_dir(model, path: str, verify_checksums: bool = True):
-    from .retriever_loading import load_retriever_for_model
-
-    return load_retriever_for_model(model, path, verify_checksums=verify_checksums)
-
-
-def _check_weights_of_repo(retriever_dir: str, repo_id: str, revision: str | None, verify_checksums: bool) -> None:
-    """
-    Refuse a repo whose weights are not the ones its `retriever/` folder was saved with. The weights transformers
-    fetched for the same commit sit in the same cache snapshot, one level up.
-    """
-    from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
-
-    try:
-        check_model_files(retriever_dir, os.path.dirname(os.path.normpath(retriever_dir)), verify_checksums)
-    except (OSError, ValueError) as err:
-        at = f" at revision {revision!r}" if revision else ""
-        raise ValueError(
-            f"The weights of {repo_id!r}{at} are not the ones its retriever/ folder (corpus and index) was saved with, "
-            f"so its answers would come from an index built for other weights ({err}). Push the model again with "
-            "`model.push_to_hub(...)`, which uploads weights and index together; if the repo changed while it was "
-            "being downloaded, load it again or pin `revision=` to a commit; or load the weights alone "
-            "(`load_retriever=False`) and attach a corpus (`retriever=...`)."
-        ) from None
 
 
 def set_retriever_reference(

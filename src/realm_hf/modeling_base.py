@@ -13,7 +13,7 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredict
 from .auto_map import model_auto_map, prepare_save, write_auto_module
 from .configuration_realm import RealmConfig
 from .constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from .file_utils import check_inside, consistent_read, recover_interrupted_save, staged_save
+from .file_utils import consistent_read, staged_save
 
 
 class RealmPreTrainedModel(PreTrainedModel):
@@ -161,23 +161,6 @@ class RealmPreTrainedModel(PreTrainedModel):
     def _flatten_inputs(*inputs):
         """Flatten `(batch, num_candidates, seq)` tensors to `(batch * num_candidates, seq)`."""
         return [t.reshape(-1, t.shape[-1]) if t is not None and t.dim() > 2 else t for t in inputs]
-
-
-def prepare_local_load(path) -> str | None:
-    """
-    Before loading a local model directory: complete a save into it that was interrupted while swapping its files
-    in, and return its `retriever/` folder if it has one (refused if a symbolic link leads it out of the directory).
-    `None` for a Hub repo id.
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        return None
-    recover_interrupted_save(path)
-    retriever_dir = os.path.join(path, RETRIEVER_SUBFOLDER)
-    if not os.path.isdir(retriever_dir):
-        return None
-    check_inside(path, retriever_dir, "the retriever folder", path)
-    return retriever_dir
 
 
 def _fuse_gelu_new(model: nn.Module) -> None:

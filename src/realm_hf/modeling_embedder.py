@@ -107,9 +107,10 @@ class RealmQueryEmbedderMixin:
     separate [`RealmEmbedder`] registered as the `query_embedder` submodule, or else `embedder` itself (shared
     weights, registered once so that its weights are saved once).
 
-    Both names mean the same on every REALM model, [`RealmForOpenQA`] included (whose `embedder` is the *question*
-    embedder): `query_embedder` embeds questions / masked inputs, `document_embedder` embeds the blocks whose
-    vectors fill the index. `embedder` stays the attribute (and state-dict) name of the legacy checkpoints.
+    The names mean the same on every REALM model, [`RealmForOpenQA`] included (whose `embedder` is the *question*
+    embedder): `query_embedder` embeds questions / masked inputs, `document_embedder` embeds the blocks, and
+    `index_embedder` is the one whose vectors fill the index (the document embedder; on an Open-QA model without one,
+    the question embedder). `embedder` stays the attribute (and state-dict) name of the legacy checkpoints.
     """
 
     @property
@@ -121,6 +122,11 @@ class RealmQueryEmbedderMixin:
     @property
     def document_embedder(self) -> RealmEmbedder:
         """The embedder of the blocks (`embedder`): what a re-index must embed the corpus with."""
+        return self.embedder
+
+    @property
+    def index_embedder(self) -> RealmEmbedder:
+        """The embedder that fills the index: the document embedder (`embedder`), as on every REALM model."""
         return self.embedder
 
 

@@ -8,25 +8,20 @@ import threading
 import torch
 
 from .configuration_realm import RealmConfig
-from .file_utils import consistent_read
 from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import _best_spans, check_finite_reader_logits, collect_answers
+from .openqa_answers import best_answer, best_spans, check_finite_reader_logits, collect_answers, read_results
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .openqa_retrieval import load_retriever_for_checkpoint
 from .precision import autocast
-from .provenance import answer_record, block_provenance, span_log_probs
+from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
-from .retriever_loading import check_retriever_dim
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions
+from .retriever_owner import RetrieverOwnerMixin
 from .text_inputs import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .tokenization_realm import tokenizer_call
-
-# What `from_pretrained` calls, looked up in this module, to find a checkpoint's corpus (its name in earlier releases).
-_load_retriever_for = load_retriever_for_checkpoint
 
 logger = get_logger(__name__)
 
@@ -34,7 +29,7 @@ logger = get_logger(__name__)
 _MODE_LOCK = threading.Lock()
 
 
-class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
+class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RetrieverOwnerMixin, RealmPreTrainedModel):
     r"""
     End-to-end open-domain question answering: p(y|x) = sum over the top-k blocks z of p(y|z,x) p(z|x).
 
@@ -79,12 +74,21 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
 
     def get_input_embeddings(self):
         """The question embedder's word embeddings (what PEFT and `resize_token_embeddings` look for)."""
-        return self.embedder.get_input_embeddings()
+        return self.query_embedder.get_input_embeddings()
 
     @property
     def query_embedder(self) -> RealmEmbedder:
         """The question embedder, `embedder` (the name its weights carry in every REALM Open-QA checkpoint)."""
         return self.embedder
+
+    @property
+    def index_embedder(self) -> RealmEmbedder:
+        """
+        The embedder that fills the index (what a re-index embeds the corpus with): the model's own
+        `document_embedder` when it trains one end to end, else the question embedder (REALM's fine-tuning starts both
+        from the same pre-trained weights, and keeps the index fixed).
+        """
+        return self.document_embedder if self.document_embedder is not None else self.query_embedder
 
     @property
     def searcher_beam_size(self) -> int:
@@ -93,59 +97,15 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             return self.config.searcher_beam_size
         return self.config.reader_beam_size
 
-    def set_retriever(self, retriever) -> None:
-        """Attach (or replace) the knowledge corpus this model retrieves from; its embedding size must match."""
-        check_retriever_dim(retriever, self.config)
-        self.retriever = retriever
-
     @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path,
-        *model_args,
-        retriever=None,
-        load_retriever: bool = True,
-        allow_pickle=False,
-        verify_checksums: bool = True,
-        **kwargs,
-    ):
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         r"""
-        Load the model and, unless `retriever` is given or `load_retriever=False`, the knowledge corpus saved with it.
-
-        Besides the usual [`~transformers.PreTrainedModel.from_pretrained`] arguments:
-
-        Args:
-            retriever ([`RealmRetriever`], *optional*):
-                Corpus to attach instead of the one found in the checkpoint.
-            load_retriever (`bool`, *optional*, defaults to `True`):
-                Load the saved corpus and index. `False` loads the weights alone (nothing is read, downloaded or
-                unpickled for the corpus; `model.retriever` is `None` unless `retriever` is given), e.g. to re-embed
-                a corpus, convert weights, or answer from given contexts only.
-            allow_pickle (`bool`, *optional*, defaults to `False`):
-                For legacy checkpoints only: allow unpickling their `block_records.npy` (only for files you trust).
-                Prefer converting once with `realm-hf convert`.
-            verify_checksums (`bool`, *optional*, defaults to `True`):
-                Compare the sha256 of the corpus, index, tokenizer and weight files of a local directory with those
-                recorded at save time (about 1 s per GB, see [`RealmRetriever.from_pretrained`]); `False` compares
-                sizes only, for trusted local files.
-
-        A local directory whose save was interrupted while its files were being swapped in is completed first (see
-        [`~RealmForOpenQA.save_pretrained`]); weights and retriever from two different saves are refused.
+        Load the model and the knowledge corpus saved with it (see [`RetrieverOwnerMixin.from_pretrained`] for the
+        `retriever`, `load_retriever`, `allow_pickle` and `verify_checksums` arguments); warns when the reader was
+        never trained ([`~RealmForOpenQA.warn_if_reader_untrained`]).
         """
-        # One save: no save into the directory swaps files in between the weights and the retriever being read.
-        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
-            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-            model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True gives (model, info)
-            if retriever is None and load_retriever:
-                retriever = _load_retriever_for(
-                    model,
-                    pretrained_model_name_or_path,
-                    allow_pickle=allow_pickle,
-                    verify_checksums=verify_checksums,
-                    **kwargs,
-                )
-        model.set_retriever(retriever)
-        model.warn_if_reader_untrained()
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).warn_if_reader_untrained()
         return loaded
 
     def warn_if_reader_untrained(self) -> bool:
@@ -165,85 +125,13 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
             )
         return True
 
-    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
-        r"""
-        Save the weights and config as usual and, when a retriever is attached, the corpus, FAISS index and
-        manifest in `save_directory/retriever/`, so that one directory (or Hub repo) holds everything
-        [`~RealmForOpenQA.from_pretrained`] needs to answer questions.
-
-        The save is all-or-nothing, even if the process is killed at any moment: everything is written (and flushed
-        to disk) into a temporary folder inside `save_directory` first, then swapped in under a journal, so the
-        directory always loads as exactly the previous save or exactly this one (an interrupted swap is completed
-        by the next load or save). Only what the save writes is replaced (weights, config, `README.md`,
-        `retriever/`, and weight shards of an earlier save it supersedes): your other files in the directory, such
-        as a Trainer's `checkpoint-*` folders, are kept. The retriever's manifest records the sha256 of these
-        weights, so that weights and index from two different saves are refused at load.
-
-        Args:
-            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever. Without it, a
-                `retriever/` already in the directory is kept (and now goes with these weights).
-            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
-                written by hand in an existing card is kept.
-            tokenizer (*optional*): A tokenizer to save in the same all-or-nothing swap (the pipeline and
-                `realm-hf train` pass theirs), so that a crash never leaves weights of one save beside the tokenizer of
-                another.
-            corpus_format (`str`, *optional*, defaults to `"arrow"`): Format of the saved corpus: `"arrow"`
-                (memory-mapped on load) or `"parquet"` (shards any Parquet tool reads; what
-                [`~RealmForOpenQA.push_to_hub`] uploads). See [`RealmRetriever.save_pretrained`].
-        """
-        if self.retriever is not None:
-            # The attached corpus's size, not the config's default (REALM's 13,353,718 Wikipedia blocks).
-            self.config.num_block_records = len(self.retriever)
-        retriever = self.retriever if save_retriever else None
-        if retriever is not None and retriever.collective:
-            # One process saves a model, but every process holds a part of a sharded corpus: its save is collective.
-            logger.warning(
-                "The model's retriever is sharded across processes: it is not saved with the model. Save it with "
-                "`model.retriever.save_pretrained(directory)` on every process (docs/sharding.md)."
-            )
-            retriever = None
-        write_card = self._card_writer(save_directory, retriever) if model_card else None
-        self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
-
-    def push_to_hub(self, repo_id: str, **kwargs):
-        r"""
-        Push weights, config, tokenizer, corpus + FAISS index (`retriever/`) and model card to one Hub repo.
-        See [`realm_hf.hub.push_to_hub`] for the arguments (e.g. `tokenizer=`, `private=`, `revision=`).
-        """
-        from .hub import push_to_hub
-
-        return push_to_hub(self, repo_id, **kwargs)
-
-    def require_retriever(self):
-        """
-        The attached retriever; raises a `ValueError` that says how to attach one (or, for a legacy checkpoint, how
-        to convert it) when there is none.
-        """
-        if self.retriever is None:
-            hint = ""
-            if getattr(self, "legacy_block_emb", None) is not None:
-                hint = (
-                    " This is a legacy checkpoint: its block embeddings were found, but its block texts are in a pickled"
-                    " `block_records.npy`. Convert it once with `realm-hf convert <legacy_dir> <output_dir>` (or load"
-                    " with `allow_pickle=True` if you trust the file)."
-                )
-            raise ValueError(
-                "RealmForOpenQA has no retriever: build a corpus with `RealmRetriever.from_documents(...)` and pass it"
-                " with `model.set_retriever(retriever)` or `from_pretrained(..., retriever=retriever)`." + hint
-            )
-        return self.retriever
-
-    def _require_retriever(self):
-        # The private name earlier releases used (and other modules called); kept for their callers.
-        return self.require_retriever()
-
     def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
         """Question embeddings, shape `(batch_size, retriever_proj_size)`; in fp32 outside training, even under autocast."""
         # Searching many blocks separates scores finer than bf16 resolves: bf16 question vectors retrieved other blocks
         # than fp32 for most questions of bench/qa.py. One short question costs about 1% of reading its blocks.
         precision = contextlib.nullcontext() if self.training else torch.autocast(input_ids.device.type, enabled=False)
         with precision:
-            return self.embedder(
+            return self.query_embedder(
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
             ).projected_score
 
@@ -468,41 +356,14 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RealmPreTrainedModel):
                         questions=chunk,
                         num_blocks=num_blocks,
                     )
-                reader_output = out.reader_output
-                check_finite_reader_logits(reader_output.reader_logits)
-                for b, question in enumerate(chunk):
-                    if top_k is not None:
-                        results.append(self._top_answers(out, b, question, top_k, tokenizer))
-                        continue
-                    row, candidate = int(reader_output.block_idx[b]), int(reader_output.candidate[b])
-                    log_probs = span_log_probs(reader_output.reader_logits[b])
-                    span = out.answer_char_spans[b]
+                check_finite_reader_logits(out.reader_output.reader_logits)
+                # The one answer path (`openqa_answers.best_spans`), as the pipeline and `realm-hf ask` answer.
+                for b, result in enumerate(read_results(out, chunk)):
                     retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
-                    record = answer_record(
-                        out.predicted_answers[b],
-                        score=float(log_probs[row, candidate].exp()),
-                        logit=float(out.answer_scores[b]),
-                        start=span[0] if span else None,
-                        end=span[1] if span else None,
-                        block=retrieved[row],
-                    )
-                    results.append({"question": question, **record, "retrieved": retrieved})
+                    if top_k is None:
+                        answer = best_answer(result, self.config.max_span_width, tokenizer)
+                        results.append({"question": chunk[b], **answer, "retrieved": retrieved})
+                        continue
+                    answers = best_spans(result, top_k, self.config.max_span_width, tokenizer)
+                    results.append([{"question": chunk[b], **answer, "retrieved": retrieved} for answer in answers])
         return results[0] if single else results
-
-    def _top_answers(self, out: RealmForOpenQAOutput, b: int, question: str, top_k: int, tokenizer) -> list[dict]:
-        # The pipeline's selection (`_best_spans`) over question `b`'s read blocks, in `answer()`'s schema.
-        reader_output = out.reader_output
-        num_read = reader_output.reader_logits.shape[1]
-        retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
-        offsets = out.reader_offset_mapping
-        result = {
-            "logits": reader_output.reader_logits[b].detach().float().cpu(),
-            "starts": reader_output.candidate_starts.cpu(),
-            "ends": reader_output.candidate_ends.cpu(),
-            "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
-            "input_ids": out.reader_input_ids[b, :num_read].cpu(),
-            "texts": [block["text"] for block in out.retrieved_blocks[b][:num_read]],
-            "blocks": retrieved[:num_read],
-        }
-        answers = _best_spans(result, top_k, self.config.max_span_width, tokenizer)
-        return [{"question": question, **answer, "retrieved": retrieved} for answer in answers]

@@ -12,7 +12,7 @@ from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm
 from .modeling_outputs import RealmForPreTrainingOutput
 from .pretraining_components import RealmPreTrainingCheckpointsMixin
 from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
-from .retriever_loading import check_retriever_dim
+from .retriever_owner import RetrieverOwnerMixin
 
 logger = get_logger(__name__)
 
@@ -22,7 +22,9 @@ def _config_value(config, name, default):
     return default if value is None else value
 
 
-class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel):
+class RealmForPreTraining(
+    RealmPreTrainingCheckpointsMixin, RetrieverOwnerMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel
+):
     r"""
     REALM pre-training (Guu et al., 2020): a masked language model that retrieves from a knowledge corpus and learns
     the retriever through the masked-LM loss.
@@ -63,7 +65,7 @@ class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMi
     >>> from realm_hf.retrieval_realm import RealmRetriever
 
     >>> model = init_from_bert(RealmForPreTraining, "path/to/bert", num_candidates=8)
-    >>> retriever = RealmRetriever.from_documents(documents, model.embedder, tokenizer)
+    >>> retriever = RealmRetriever.from_documents(documents, model.index_embedder, tokenizer)
     >>> model.set_retriever(retriever)
     >>> batch = collator(examples)  # DataCollatorForSalientSpanMasking: input_ids, labels, mlm_mask, block_id
     >>> outputs = model(**batch)
@@ -113,23 +115,19 @@ class RealmForPreTraining(RealmPreTrainingCheckpointsMixin, RealmQueryEmbedderMi
         if self.encoder.realm.pooler is not None:
             self.encoder.realm.pooler.requires_grad_(False)
 
-    def set_retriever(self, retriever) -> None:
-        """Attach (or replace) the knowledge corpus this model retrieves from; its embedding size must match."""
-        check_retriever_dim(retriever, self.config)
-        self.retriever = retriever
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, tokenizer=None, **kwargs):
+        r"""
+        Load the model and the corpus saved with it, from a local directory or a Hub repo id (see
+        [`RetrieverOwnerMixin.from_pretrained`] for the `retriever`, `load_retriever` and `verify_checksums`
+        arguments).
 
-    def require_retriever(self):
-        """The attached retriever; raises a `ValueError` that says how to attach one when there is none."""
-        if self.retriever is None:
-            raise ValueError(
-                "RealmForPreTraining has no retriever: build a corpus with `RealmRetriever.from_documents(...)` and "
-                "attach it with `model.set_retriever(retriever)`."
-            )
-        return self.retriever
-
-    def _require_retriever(self):
-        # The private name earlier releases used; kept for their callers.
-        return self.require_retriever()
+        Args:
+            tokenizer (*optional*): Block tokenizer to attach (defaults to the retriever's).
+        """
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).tokenizer = tokenizer
+        return loaded
 
     def _tokenizer(self):
         tokenizer = self.tokenizer if self.tokenizer is not None else getattr(self.retriever, "tokenizer", None)

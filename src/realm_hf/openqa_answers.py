@@ -1,7 +1,9 @@
 """
-The answers of one [`RealmForOpenQA`] forward pass: each question's best span (wordpiece ids, text, character
-offsets) and its block, with every retrieved block and its retrieval score, as a [`RealmForOpenQAOutput`]; and the
-best distinct spans of one question across its read blocks (`_best_spans`: the pipeline's and `answer(top_k=...)`'s).
+The one answer path of REALM Open-QA: the text of a span from its offsets ([`span_text`], written once), the best
+distinct spans of one question across its read blocks ([`best_spans`] and [`best_answer`]: what `RealmForOpenQA.answer`,
+the question-answering pipeline and `realm-hf ask` return), the per-question reader results of a forward pass
+([`read_results`]), and the [`RealmForOpenQAOutput`] of a forward pass ([`collect_answers`]: the reader's best span of
+each question, its block, and every retrieved block with its retrieval score).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 import torch
 
 from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
-from .provenance import answer_record, span_log_probs
+from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs
 
 
@@ -33,26 +35,24 @@ def collect_answers(
 ) -> RealmForOpenQAOutput:
     """
     The [`RealmForOpenQAOutput`] of a forward pass from the reader's output over `reader_inputs`, the retrieved
-    `block_ids`, their `relevance_score` and the `search` that found them. Answer texts are cut from the block texts
-    by character offsets (fast tokenizers), else decoded with `tokenizer`.
+    `block_ids`, their `relevance_score` and the `search` that found them. Answer texts come from [`span_text`].
     """
     batch = torch.arange(block_ids.shape[0], device=reader_output.block_idx.device)
     num_read = reader_output.reader_logits.shape[1]
     answer_scores = reader_output.reader_logits[batch, reader_output.block_idx, reader_output.candidate]
     answer_ids, answer_texts, char_spans = [], [], []
     blocks = search.blocks
+    offsets = reader_inputs.offset_mapping
     for b in range(block_ids.shape[0]):
         row = int(reader_output.block_idx[b])
         start, end = int(reader_output.start_pos[b]), int(reader_output.end_pos[b])
-        answer_ids.append(reader_inputs.input_ids[b, row, start : end + 1])
-        if reader_inputs.offset_mapping is not None:
-            char_start = int(reader_inputs.offset_mapping[b, row, start, 0])
-            char_end = int(reader_inputs.offset_mapping[b, row, end, 1])
-            char_spans.append((char_start, char_end))
-            answer_texts.append(blocks[b][row]["text"][char_start:char_end])
-        else:
-            char_spans.append(None)
-            answer_texts.append(tokenizer.decode(answer_ids[-1]))
+        input_ids = reader_inputs.input_ids[b, row]
+        answer_ids.append(input_ids[start : end + 1])
+        text, char_start, char_end = span_text(
+            blocks[b][row]["text"], None if offsets is None else offsets[b, row], input_ids, start, end, tokenizer
+        )
+        answer_texts.append(text)
+        char_spans.append(None if char_start is None else (char_start, char_end))
     answer_block_ids = block_ids.to(batch.device)[batch, reader_output.block_idx]
     retrieved_blocks = [
         [dict(block, score=float(score)) for block, score in zip(row_blocks, row_scores)]
@@ -91,10 +91,57 @@ def _align_to_words(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_to_words: bool = False) -> list[dict]:
+def span_text(
+    text: str, offsets, input_ids, start: int, end: int, tokenizer, align_to_words: bool = False
+) -> tuple[str, int | None, int | None]:
     """
-    The `top_k` best spans across the read blocks of one question, with distinct texts, best first; widened to whole
-    words with `align_to_words` (which needs character offsets: a fast tokenizer).
+    The answer text of the wordpieces `start`..`end` (inclusive) of one read (question, block) pair, and its character
+    span `[char_start, char_end)` in the block's `text`: cut from `text` by the pair's character `offsets` (`[seq, 2]`,
+    from a fast tokenizer), widened to whole words with `align_to_words`; without offsets (a slow tokenizer), the
+    wordpieces `input_ids[start:end + 1]` decoded, and no character span (`None, None`).
+    """
+    if offsets is None:
+        return tokenizer.decode(input_ids[start : end + 1]), None, None
+    char_start, char_end = int(offsets[start, 0]), int(offsets[end, 1])
+    if align_to_words:
+        char_start, char_end = _align_to_words(text, char_start, char_end)
+    return text[char_start:char_end], char_start, char_end
+
+
+def read_results(out: RealmForOpenQAOutput, questions: list[str]) -> list[dict]:
+    """
+    What [`best_spans`] reads for each question of a [`RealmForOpenQA`] forward pass: its span logits over the read
+    blocks, the candidate spans, the read pairs' offsets and wordpieces (the forward's own encoding: each pair is
+    tokenized once per call), and the read blocks' texts and provenance (CPU tensors).
+    """
+    reader_output = out.reader_output
+    num_read = reader_output.reader_logits.shape[1]
+    offsets, input_ids = out.reader_offset_mapping, out.reader_input_ids
+    results = []
+    for b, question in enumerate(questions):
+        blocks = out.retrieved_blocks[b][:num_read]
+        results.append(
+            {
+                "question": question,
+                "logits": reader_output.reader_logits[b].detach().float().cpu(),
+                "starts": reader_output.candidate_starts.cpu(),
+                "ends": reader_output.candidate_ends.cpu(),
+                "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
+                "input_ids": input_ids[b, :num_read].cpu(),
+                "texts": [block["text"] for block in blocks],
+                "blocks": [block_provenance(block) for block in blocks],
+            }
+        )
+    return results
+
+
+def best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_to_words: bool = False) -> list[dict]:
+    """
+    The `top_k` best spans across the read blocks of one question (a [`read_results`] entry, or the pipeline's
+    `context` windows in the same form), with distinct texts, best first, each at most `max_answer_len` wordpieces;
+    widened to whole words with `align_to_words` (which needs character offsets: a fast tokenizer). Each is an
+    [`~realm_hf.provenance.answer_record`]; fewer than `top_k` when the blocks hold fewer, none when every span is
+    masked.
     """
     logits = result["logits"]  # [num_blocks, num_candidates]
     starts, ends = result["starts"], result["ends"]
@@ -113,16 +160,16 @@ def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_
         if not bool(eligible[index]) or len(answers) >= top_k:
             break
         row, candidate = divmod(index, num_candidates)
-        start, end = int(starts[candidate]), int(ends[candidate])
-        if result["offsets"] is not None:
-            char_start = int(result["offsets"][row, start, 0])
-            char_end = int(result["offsets"][row, end, 1])
-            if align_to_words:
-                char_start, char_end = _align_to_words(result["texts"][row], char_start, char_end)
-            text = result["texts"][row][char_start:char_end]
-        else:  # slow tokenizer: no offsets, decode the wordpieces
-            char_start = char_end = None
-            text = tokenizer.decode(result["input_ids"][row, start : end + 1])
+        offsets, input_ids = result["offsets"], result["input_ids"]
+        text, char_start, char_end = span_text(
+            result["texts"][row],
+            None if offsets is None else offsets[row],
+            None if input_ids is None else input_ids[row],
+            int(starts[candidate]),
+            int(ends[candidate]),
+            tokenizer,
+            align_to_words,
+        )
         key = _normalize_text(text)
         if not key or key in seen:
             continue
@@ -138,3 +185,9 @@ def _best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_
             )
         )
     return answers
+
+
+def best_answer(result: dict, max_answer_len: int, tokenizer, align_to_words: bool = False) -> dict:
+    """The best span of [`best_spans`], or an empty answer (`""`, score 0, no block) when no span can be one."""
+    answers = best_spans(result, 1, max_answer_len, tokenizer, align_to_words=align_to_words)
+    return answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)

@@ -16,8 +16,8 @@ from .retrieval.encoding import tokenize_blocks
 
 class RealmOpenQADocumentEmbedderMixin:
     """
-    The document-embedder side of [`RealmForOpenQA`], mixed into it: uses the model's `embedder`, `document_embedder`,
-    `retriever`, `config` and `training`.
+    The document-embedder side of [`RealmForOpenQA`], mixed into it: uses the model's `query_embedder`,
+    `document_embedder`, `retriever`, `config` and `training`.
     """
 
     # Blocks per document-embedder call when retrieved blocks are re-embedded with gradient (end-to-end training):
@@ -41,7 +41,7 @@ class RealmOpenQADocumentEmbedderMixin:
                 the question embedder (they start equal in REALM's fine-tuning from pre-training).
             trainable (`bool`, *optional*, defaults to `True`): Leave its parameters trainable.
         """
-        embedder = copy.deepcopy(self.embedder) if embedder is None else embedder
+        embedder = copy.deepcopy(self.query_embedder) if embedder is None else embedder
         embedder.requires_grad_(trainable)
         self.document_embedder = embedder
         self.config.use_document_embedder = True

@@ -1,4 +1,4 @@
-"""REALM pre-training's checkpoints: the ICT warm start, the legacy component checkpoints (embedder, scorer, encoder), loading and saving."""
+"""REALM pre-training's checkpoints: the ICT warm start and the legacy component checkpoints (embedder, scorer, encoder)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import os
 from typing import Self
 
 from .configuration_realm import RealmConfig
-from .file_utils import consistent_read
 from .logging_utils import get_logger
-from .modeling_base import prepare_local_load
 from .modeling_embedder import RealmEmbedder, RealmScorer
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder
 
@@ -90,8 +88,9 @@ def load_embedder(path: str | os.PathLike) -> RealmEmbedder:
 
 class RealmPreTrainingCheckpointsMixin:
     """
-    The checkpoint half of [`RealmForPreTraining`] (a mixin; see there): the ICT warm start, the legacy component
-    checkpoints, and loading and saving with the retriever.
+    The checkpoint half of [`RealmForPreTraining`] (a mixin; see there): the ICT warm start and the legacy component
+    checkpoints. Loading and saving with the retriever are [`RetrieverOwnerMixin`]'s, as for every REALM model that
+    owns a retriever.
     """
 
     # ------------------------------------------------------------------------------------------------ ICT warm start
@@ -164,68 +163,6 @@ class RealmPreTrainingCheckpointsMixin:
         return build_from_component_checkpoints(
             cls, embedder_or_scorer_dir, encoder_dir, query_embedder_dir, retriever, tokenizer, **config_overrides
         )
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path,
-        *model_args,
-        retriever=None,
-        tokenizer=None,
-        load_retriever: bool = True,
-        verify_checksums: bool = True,
-        **kwargs,
-    ):
-        r"""
-        Load the model and, unless `retriever` is given or `load_retriever=False`, the corpus saved with it in
-        `retriever/` (if any).
-
-        Args:
-            retriever ([`RealmRetriever`], *optional*): Corpus to attach instead of the saved one.
-            tokenizer (*optional*): Block tokenizer to attach.
-            load_retriever (`bool`, *optional*, defaults to `True`): `False` loads the weights alone.
-            verify_checksums (`bool`, *optional*, defaults to `True`): As in [`RealmForOpenQA.from_pretrained`].
-        """
-        with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
-            retriever_dir = None
-            if retriever is None and load_retriever:
-                retriever_dir = prepare_local_load(pretrained_model_name_or_path)
-            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-            if retriever_dir is not None:
-                from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss
-                from .retrieval_realm import RealmRetriever
-
-                check_model_files(retriever_dir, str(pretrained_model_name_or_path), verify_checksums)
-                retriever = RealmRetriever.from_pretrained(retriever_dir, verify_checksums=verify_checksums)
-        model.retriever = retriever
-        model.tokenizer = tokenizer
-        return model
-
-    def save_pretrained(self, save_directory, *args, save_retriever: bool = True, model_card: bool = True, **kwargs):
-        r"""
-        Save weights and config as usual (a normal transformers directory: `embedder.*`, `query_embedder.*` when
-        separate, `encoder.*`), when a retriever is attached its corpus and index in `retriever/`, and realm-hf's
-        model card; all at once or not at all, as [`RealmForOpenQA.save_pretrained`] does.
-
-        Args:
-            save_retriever (`bool`, *optional*, defaults to `True`): Also save the attached retriever.
-            model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card (a REALM
-                pre-training card); text written by hand in an existing card is kept, and transformers' draft
-                Trainer card is replaced.
-        """
-        retriever = self.retriever if save_retriever else None
-        write_card = self._card_writer(save_directory, retriever) if model_card else None
-        self._save_directory(save_directory, args, kwargs, retriever=retriever, write_extra=write_card)
-
-    def push_to_hub(self, repo_id: str, **kwargs):
-        r"""
-        Push weights, config, tokenizer, the corpus + FAISS index (`retriever/`) and realm-hf's pre-training model
-        card to one Hub repo (transformers' own `push_to_hub` would replace the card with a generic one). See
-        [`realm_hf.hub.push_to_hub`] for the arguments (e.g. `tokenizer=`, `private=`, `revision=`).
-        """
-        from .hub import push_to_hub  # local import, as in RealmForOpenQA.push_to_hub: needed only to push
-
-        return push_to_hub(self, repo_id, **kwargs)
 
     def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
         r"""

@@ -72,15 +72,14 @@ def embedder_from_dir(path: str):
         return RealmScorer.from_pretrained(path).embedder, "scorer's embedder"
     if found == "RealmForOpenQA":
         model = load_without_retriever(RealmForOpenQA, path)
-        if model.document_embedder is not None:
-            return model.document_embedder, "document embedder"
-        return model.embedder, "question embedder"
+        what = "document embedder" if model.index_embedder is model.document_embedder else "question embedder"
+        return model.index_embedder, what
     if found == "RealmForPreTraining":
         from ..modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
 
-        return load_without_retriever(RealmForPreTraining, path).document_embedder, "document embedder"
+        return load_without_retriever(RealmForPreTraining, path).index_embedder, "document embedder"
     if found == "RealmForInverseClozeTask":
         from ..training.ict import RealmForInverseClozeTask  # deferred: see load_openqa
 
-        return RealmForInverseClozeTask.from_pretrained(path).document_embedder, "ICT document embedder"
+        return RealmForInverseClozeTask.from_pretrained(path).index_embedder, "ICT document embedder"
     raise CLIError(f"{path} holds a {found}, which has no embedder to build an index with.")

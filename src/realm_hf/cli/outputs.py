@@ -1,4 +1,5 @@
-"""The files and directories the commands produce, written through realm-hf's one atomic-write path (file_utils)."""
+"""The directories the commands produce, swapped in through realm-hf's one atomic-write path (file_utils; files go through
+`file_utils.atomic_write_text` directly)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ..file_utils import atomic_write_text, recover_interrupted_save, replace_directory
+from ..file_utils import recover_interrupted_save, replace_directory
 from .common import CLIError
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` atomically: see [`realm_hf.file_utils.atomic_write_text`]."""
-    atomic_write_text(path, text)
 
 
 @contextlib.contextmanager

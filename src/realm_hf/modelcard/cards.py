@@ -34,7 +34,7 @@ USAGE_MODEL_PLACEHOLDER = "your-username/realm-model"
 DEFAULT_EXAMPLE_QUESTION = "What is a compiler?"
 DESCRIPTION_CORPUS_SAVED = (
     " The corpus it retrieves from and its index are part of this repository (`retriever/`): "
-    "`from_pretrained` of a local copy (e.g. from `huggingface_hub.snapshot_download`) attaches them."
+    "`from_pretrained` of the repo id (or of a local copy) attaches them."
 )
 ICT_CORPUS = (
     "_No corpus is saved with an ICT model:_ the Inverse Cloze Task trains on text blocks, each batch's other blocks "

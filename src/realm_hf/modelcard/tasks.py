@@ -147,10 +147,9 @@ def usage_text(task: CardTask, model_id: str, question: str) -> str:
         return (
             "Install with `pip install realm-hf`, then:\n\n"
             "```python\n"
-            "from huggingface_hub import snapshot_download\n\n"
             "from realm_hf import RealmForPreTraining\n\n"
-            "# A local copy: from_pretrained attaches the corpus and index saved with the model (retriever/).\n"
-            f"model = RealmForPreTraining.from_pretrained(snapshot_download({quoted}))\n"
+            "# The weights, and the corpus and index saved with them (retriever/), from a repo id or a local copy.\n"
+            f"model = RealmForPreTraining.from_pretrained({quoted})\n"
             "# Go on pre-training with realm_hf.training.recipes.pretraining_trainer, or take the embedders and the\n"
             "# encoder on to open-domain QA fine-tuning (the legacy checkpoint layout):\n"
             'model.export_components("components")\n'

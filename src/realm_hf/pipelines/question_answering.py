@@ -13,16 +13,15 @@ from transformers import Pipeline
 
 from ..logging_utils import get_logger
 from ..modeling_realm import RealmForOpenQA
-from ..openqa_answers import check_finite_reader_logits
+from ..openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
 from ..precision import autocast, parse_dtype
-from ..provenance import answer_record, block_provenance
+from ..provenance import block_provenance
 
 # The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
 from ..text_inputs import check_context as _check_context
 from ..text_inputs import check_positive_int, check_questions
 from ..text_inputs import question_example as _to_example
 from ..tokenization_realm import tokenizer_call
-from .answers import _best_spans
 from .inputs import _is_dataset, dataset_questions, is_hf_dataset
 from .options import map_classic_options
 
@@ -116,7 +115,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 "The model has no retriever (no corpus and index attached, e.g. loaded with `load_retriever=False` or "
                 "saved without one), so the pipeline has no tokenizer to take from it and could not answer open "
                 "questions. Attach a corpus first: `model.set_retriever(RealmRetriever.from_documents(documents, "
-                "model.embedder, tokenizer))`, or load a directory saved with its `retriever/`. To answer from given "
+                "model.index_embedder, tokenizer))`, or load a directory saved with its `retriever/`. To answer from given "
                 "contexts only (`qa(question=..., context=...)`), pass `tokenizer=RealmTokenizer.from_pretrained(path)`."
             )
         model.warn_if_reader_untrained()
@@ -299,26 +298,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             num_blocks=num_blocks,
             return_dict=True,
         )
-        reader_output = out.reader_output
-        num_read = reader_output.reader_logits.shape[1]
         # The forward's own encoded pairs: each (question, block) pair is tokenized once per call.
-        offsets, input_ids = out.reader_offset_mapping, out.reader_input_ids
-        results = []
-        for b, question in enumerate(questions):
-            blocks = out.retrieved_blocks[b][:num_read]
-            results.append(
-                {
-                    "question": question,
-                    "logits": reader_output.reader_logits[b].detach().float().cpu(),
-                    "starts": reader_output.candidate_starts.cpu(),
-                    "ends": reader_output.candidate_ends.cpu(),
-                    "offsets": offsets[b, :num_read].cpu() if offsets is not None else None,
-                    "input_ids": input_ids[b, :num_read].cpu(),
-                    "texts": [block["text"] for block in blocks],
-                    "blocks": [block_provenance(block) for block in blocks],
-                }
-            )
-        return results
+        return read_results(out, questions)
 
     def _read_contexts(self, questions: list[str], contexts: list[str], doc_stride: int) -> list[dict]:
         config = self.model.config
@@ -405,12 +386,10 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if isinstance(result, list):  # batch_size=1: the batch of one was not un-batched
             result = result[0]
         max_answer_len = max_answer_len or self.model.config.max_span_width
-        answers = _best_spans(result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words)
+        # The one answer path (`openqa_answers`), shared with `RealmForOpenQA.answer`.
         if top_k == 1:
-            return (
-                answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)
-            )
-        return answers
+            return best_answer(result, max_answer_len, self.tokenizer, align_to_words=align_to_words)
+        return best_spans(result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
         """

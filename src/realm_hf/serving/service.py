@@ -107,7 +107,7 @@ class RealmQAService:
         if doc_id and doc_id.strip():
             document["doc_id"] = doc_id.strip()
         model = self.model
-        embedder = model.document_embedder if model.document_embedder is not None else model.embedder
+        embedder = model.index_embedder
         block_ids = model.retriever.add_documents([document], embedder, device=model.device, show_progress=False)
         added_doc_id = model.retriever.get_blocks(block_ids[:1])[0].get("doc_id")
         logger.info("Added document %r: blocks %s.", added_doc_id, block_ids)

@@ -34,16 +34,11 @@ def unwrap_realm_model(model):
 
 
 def document_embedder_of(model) -> torch.nn.Module:
-    """
-    The embedder whose outputs fill the index: `document_embedder` when the model has one (end-to-end Open-QA
-    training, REALM pre-training), otherwise `embedder`.
-    """
+    """The embedder whose outputs fill the index: the REALM model's `index_embedder`, under any DDP / PEFT wrapper."""
     model = unwrap_realm_model(model)
-    embedder = getattr(model, "document_embedder", None)
+    embedder = getattr(model, "index_embedder", None)
     if embedder is None:
-        embedder = getattr(model, "embedder", None)
-    if embedder is None:
-        raise ValueError(f"{type(model).__name__} has no `document_embedder` or `embedder` to re-index with.")
+        raise ValueError(f"{type(model).__name__} has no `index_embedder` (the embedder that fills the index).")
     return embedder
 
 

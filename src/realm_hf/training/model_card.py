@@ -39,7 +39,9 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         if getattr(self, "_pushing_to_hub", False) and getattr(model, "retriever", None) is not None:
             # What `push_to_hub` uploads: the corpus as Parquet shards, as `model.push_to_hub` writes it (the
             # Trainer's save wrote Arrow). One more save, weights and retriever together, so the manifest binds them.
-            if isinstance(model, RealmPreTrainedModel) and not getattr(model.retriever, "is_sharded", False):
+            if isinstance(model, RealmPreTrainedModel) and not (
+                model.retriever is not None and model.retriever.collective
+            ):
                 model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
 
     def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
@@ -48,7 +50,7 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         model = self.accelerator.unwrap_model(self.model)
         if not isinstance(model, RealmPreTrainedModel) or getattr(model, "retriever", None) is None:
             return super()._refresh_push_folder(checkpoint_folder, output_dir)
-        if getattr(model.retriever, "is_sharded", False):
+        if model.retriever is not None and model.retriever.collective:
             return super()._refresh_push_folder(checkpoint_folder, output_dir)
         model.save_pretrained(output_dir, corpus_format="parquet", model_card=False)
         if self.processing_class is not None:

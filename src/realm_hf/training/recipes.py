@@ -82,7 +82,7 @@ def set_document_embedder_trainable(model, trainable: bool):
     """
     End-to-end retriever training (`trainable`: a document embedder is added if missing, and trains) or the paper's
     fine-tuning (the document embedder, if any, is frozen so the index never goes stale). Returns the embedder whose
-    outputs fill the index: the document embedder if the model has one, else the shared embedder.
+    outputs fill the index (`model.index_embedder`).
     """
     if trainable:
         if model.document_embedder is None:
@@ -91,7 +91,7 @@ def set_document_embedder_trainable(model, trainable: bool):
         model.document_embedder.requires_grad_(True)
     else:
         model.freeze_document_embedder()
-    return model.document_embedder if model.document_embedder is not None else model.embedder
+    return model.index_embedder
 
 
 def openqa_trainer(

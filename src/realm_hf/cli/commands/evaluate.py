@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 
+from ...file_utils import atomic_write_text
 from ..common import EXIT_OK, CLIError, State, info, logger, metrics_table, normalize_metric_names
 from ..models import load_openqa
-from ..outputs import write_text_atomic
 from ..readers import load_qa
 
 
@@ -54,7 +54,7 @@ def run(args) -> int:
     print(metrics_table(metrics))
     if args.output:
         report = dict(metrics, num_questions=len(dataset))
-        write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+        atomic_write_text(args.output, json.dumps(report, indent=2) + "\n")
         info(f"Wrote {args.output}.")
     if args.predictions:
         lines = []
@@ -67,6 +67,6 @@ def run(args) -> int:
                 "f1": f1_score(prediction, golds),
             }
             lines.append(json.dumps(record, ensure_ascii=False))
-        write_text_atomic(args.predictions, "\n".join(lines) + "\n")
+        atomic_write_text(args.predictions, "\n".join(lines) + "\n")
         info(f"Wrote {args.predictions}.")
     return EXIT_OK

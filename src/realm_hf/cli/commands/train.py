@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from ...file_utils import atomic_write_text
 from ..common import (
     EXIT_OK,
     CLIError,
@@ -17,7 +18,6 @@ from ..common import (
     normalize_metric_names,
     require_local_or_hub,
 )
-from ..outputs import write_text_atomic
 from ..readers import load_documents, load_qa, load_table
 from ..train_config import load_train_config, resolve_seed
 
@@ -160,8 +160,7 @@ def _train_finetune(config: dict, args) -> dict:
     if config.get("corpus") or config.get("documents"):
         if tokenizer is None:
             tokenizer = model.retriever.tokenizer if model.retriever is not None else load_tokenizer(config["model"])
-        embedder = model.document_embedder if model.document_embedder is not None else model.embedder
-        _attach_corpus(model, config, embedder, tokenizer)
+        _attach_corpus(model, config, model.index_embedder, tokenizer)
     elif model.retriever is None:
         model.require_retriever()
     # Trained end to end, or frozen (a document embedder the model came with too), so the index never goes stale.
@@ -310,7 +309,7 @@ def _train_pretrain(config: dict, args) -> dict:
         )
         tokenizer = load_tokenizer(config["legacy_embedder"], config["legacy_encoder"])
     if config.get("corpus") or config.get("documents"):
-        _attach_corpus(model, config, model.document_embedder, tokenizer)
+        _attach_corpus(model, config, model.index_embedder, tokenizer)
     elif model.retriever is None:
         raise CLIError("pretrain needs a corpus: give `corpus` or `documents` in the config.")
     model.tokenizer = tokenizer
@@ -408,7 +407,7 @@ def run(args) -> int:
     else:
         metrics = _train_finetune(config, args)
     metrics_path = os.path.join(config["output_dir"], "train_results.json")
-    write_text_atomic(metrics_path, json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(metrics_path, json.dumps(metrics, indent=2) + "\n")
     printable = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     print(metrics_table({k: float(v) for k, v in printable.items()}))
     info(f"Saved the model and its retriever to {config['output_dir']}.")
