@@ -10,7 +10,7 @@ What it measures
 2. Blocks/s of `RealmEmbedder(input_ids, attention_mask, token_type_ids).projected_score` under `torch.inference_mode`
    for BERT-base and MiniLM shapes, 288-wordpiece blocks (REALM) and 128, several batch sizes, eager vs SDPA
    attention, fp32 vs bf16, and a corpus of random-length blocks embedded in corpus order vs length-sorted (padding
-   waste) vs through `realm_hf.retrieval_realm.embed_blocks` (realm-hf's corpus embedding, tokenization included). Each figure is the best over `--rounds` rounds; the rounds run every configuration in turn, so a burst of
+   waste) vs through `realm_hf.retrieval.encoding.embed_blocks` (realm-hf's corpus embedding, tokenization included). Each figure is the best over `--rounds` rounds; the rounds run every configuration in turn, so a burst of
    load from elsewhere does not hit one configuration only.
 3. Achieved FLOP/s = model FLOPs per block x blocks/s, and that as a percentage of the measured peak of the same
    dtype. FLOPs are counted analytically, matmuls only (embeddings, layer norms, softmax, GELU are ignored), per
@@ -447,9 +447,9 @@ def build_cases(name: str, config: RealmConfig, plan: Plan, device: torch.device
 
 
 def library_case(name, label, dtype, batch_size, config, lengths, longest, seed) -> Case | None:
-    """The corpus pass through realm-hf's own `retrieval_realm.embed_blocks` (tokenization included), if present."""
+    """The corpus pass through realm-hf's own `retrieval.encoding.embed_blocks` (tokenization included), if present."""
     try:
-        from realm_hf.retrieval_realm import embed_blocks
+        from realm_hf.retrieval.encoding import embed_blocks
     except ImportError:
         return None
     tokenizer, words = bench_tokenizer()

@@ -224,7 +224,7 @@ def openqa_model(args, bert: str, seed: int):
     from transformers import set_seed
 
     from realm_hf import RealmForOpenQA
-    from realm_hf.initialization import init_from_bert
+    from realm_hf.models.initialization import init_from_bert
 
     set_seed(seed)  # the fresh heads (projection, span scorer) depend on it
     model = init_from_bert(
@@ -441,8 +441,8 @@ def pretraining_start(args, ctx, seed: int):
     """Warm-up encoder + ICT embedders: the start of every pre-training run. Returns (state_dict, index state)."""
     from transformers import set_seed
 
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
     from realm_hf.training.ict import RealmForInverseClozeTask
 
     t = time.perf_counter()
@@ -462,8 +462,8 @@ def pretraining_start(args, ctx, seed: int):
 
 
 def pretraining_model(args, ctx, state, num_candidates: int):
-    from realm_hf.initialization import realm_config_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.initialization import realm_config_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     overrides = dict(recipe.config_overrides(args), num_candidates=num_candidates)
     model = RealmForPreTraining(realm_config_from_bert(ctx["bert"], **overrides))
@@ -726,8 +726,8 @@ def main(argv=None) -> int:
     hf_logging.disable_progress_bar()
     import datasets
 
-    from realm_hf import RealmTokenizer
-    from realm_hf.retrieval_realm import RealmRetriever, split_documents
+    from realm_hf import RealmRetriever, RealmTokenizer
+    from realm_hf.retrieval.chunking import split_documents
 
     started = time.perf_counter()
     stages = set(args.only.split(","))

@@ -199,11 +199,11 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    from realm_hf import RealmTokenizer
+    from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
-    from realm_hf.retrieval_realm import RealmRetriever, split_documents
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
+    from realm_hf.retrieval.chunking import split_documents
     from realm_hf.training.ict import RealmForInverseClozeTask
 
     started = time.perf_counter()

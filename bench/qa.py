@@ -306,7 +306,7 @@ def run_legacy(python: str, model_dir: str, questions_file: str, out_file: str, 
 
 
 def build_retriever(block_emb: np.ndarray, texts: list[str], tokenizer, index: str):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf import RealmRetriever
 
     return RealmRetriever.from_embeddings(block_emb, texts, tokenizer=tokenizer, index=index)
 
@@ -449,10 +449,10 @@ def main(argv=None) -> int:
             print(f"error: no legacy Python found (tried {', '.join(tried)}).\n\n{LEGACY_VENV_HOWTO}", file=sys.stderr)
             return 2
     try:
-        import realm_hf.retrieval_realm  # noqa: F401
+        import realm_hf.retrieval  # noqa: F401
     except ImportError as err:
         print(
-            f"error: realm_hf.retrieval_realm is not importable ({err}); this bench needs RealmRetriever.",
+            f"error: realm_hf.retrieval is not importable ({err}); this bench needs RealmRetriever.",
             file=sys.stderr,
         )
         return 2

@@ -83,10 +83,9 @@ def build(args):
     """The demo's task, split, model start and exact index (`examples/demo_foldoc.py`'s own functions, same seed)."""
     from transformers import set_seed
 
-    from realm_hf import RealmTokenizer
+    from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
     from realm_hf.precision import resolve_autocast_dtype
-    from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.optimization import freeze_lower_layers
 
     if args.bert is None:
@@ -235,7 +234,9 @@ class Probe:
     def train_answer_marginal(self, embedder, data, learning_rate) -> float:
         """REALM's retrieval loss over the searcher beam (blocks holding a gold answer string), one pass."""
         from realm_hf.metrics import has_answer
-        from realm_hf.modeling_reader import _marginal_log_loss  # the loss RealmReader trains the retriever with
+
+        # the loss RealmReader trains the retriever with
+        from realm_hf.models.modeling_reader import _marginal_log_loss
 
         def batch_loss(embedder, batch):
             query = self.embed(embedder, batch)

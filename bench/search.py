@@ -44,7 +44,7 @@ import faiss
 import numpy as np
 import torch
 
-from realm_hf import faiss_utils
+from realm_hf.retrieval import index as faiss_utils
 
 DEFAULT_INDEX_TYPES = "Flat;HNSW32;IVF1024,Flat;IVF1024,SQ8;IVF1024,PQ32"
 

@@ -118,8 +118,7 @@ def measure(args, beam: int, mode: str) -> dict:
     sys.path.insert(0, HERE)
     from qa import corpus_words, make_corpus, vocab_file
 
-    from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizerFast
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf import RealmConfig, RealmForOpenQA, RealmRetriever, RealmTokenizerFast
     from realm_hf.training.openqa import DataCollatorForOpenQA
 
     if args.threads:

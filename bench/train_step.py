@@ -113,7 +113,7 @@ def bert_dir(args) -> str:
 def build_task(args, tokenizer):
     """The first `--blocks` FOLDOC blocks and the questions whose source entry made it into them."""
     from realm_hf.data.foldoc import load_foldoc, make_cross_document_task
-    from realm_hf.retrieval_realm import split_documents
+    from realm_hf.retrieval.chunking import split_documents
 
     if args.foldoc in ("auto", "dictd", "extract"):
         entries = load_foldoc(source=args.foldoc)
@@ -142,7 +142,7 @@ def build_model(args, bert: str, num_blocks: int):
     from transformers import set_seed
 
     from realm_hf import RealmForOpenQA
-    from realm_hf.initialization import init_from_bert
+    from realm_hf.models.initialization import init_from_bert
 
     set_seed(args.seed)
     model = init_from_bert(
@@ -227,9 +227,9 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     import transformers
 
-    from realm_hf import RealmTokenizer
+    from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
-    from realm_hf.retrieval_realm import RealmRetriever, embed_blocks
+    from realm_hf.retrieval.encoding import embed_blocks
 
     started = time.perf_counter()
     header = (

@@ -112,7 +112,7 @@ def demo_model(bert_dir: str, searcher_beam: int, max_block_length: int, reader_
     and span scorer (drawn from torch's random state: seed it first), reader beam 3, spans of at most 10 wordpieces.
     """
     from realm_hf import RealmForOpenQA
-    from realm_hf.initialization import init_from_bert
+    from realm_hf.models.initialization import init_from_bert
 
     return init_from_bert(
         RealmForOpenQA,
@@ -133,10 +133,9 @@ def demo_model(bert_dir: str, searcher_beam: int, max_block_length: int, reader_
 def build(args, minilm_dir: str, model_dir: str) -> dict:
     from transformers import TrainingArguments, set_seed
 
-    from realm_hf import RealmTokenizer
+    from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
-    from realm_hf.modelcard import write_model_card
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.hub.cards import write_model_card
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import RealmOpenQATrainer, evaluate_openqa
     from realm_hf.training.optimization import freeze_lower_layers, two_rate_adamw
@@ -291,8 +290,8 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
 
 
 def answer_with_pipeline(model_dir: str, questions: list[str], golds: list[list[str]] | None = None) -> None:
+    from realm_hf import pipeline
     from realm_hf.metrics import exact_match_score
-    from realm_hf.pipeline_realm import pipeline
 
     qa = pipeline("question-answering", model=model_dir)
     answers = qa(questions, top_k=1)

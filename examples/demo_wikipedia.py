@@ -88,15 +88,14 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     (its projection started by PCA unless `pca=False`), the corpus embedded and indexed. `bench/wikipedia_stages.py`
     builds the same start.
     """
-    from realm_hf import RealmForOpenQA, RealmTokenizer
+    from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
     from realm_hf.data.wikipedia import (
         load_handwritten_questions,
         load_vital_articles,
         make_wikipedia_qa_task,
     )
-    from realm_hf.initialization import init_from_bert, init_projection_from_pca
+    from realm_hf.models.initialization import init_from_bert, init_projection_from_pca
     from realm_hf.precision import has_native_bf16
-    from realm_hf.retrieval_realm import RealmRetriever
     from realm_hf.training.recipes import seed_everything
 
     seed_everything(args.seed)  # before the fresh heads (retrieval projection, span scorer) are drawn
@@ -241,7 +240,7 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
 
 def build(args, bert_dir: str, model_dir: str) -> dict:
     from realm_hf.data.wikipedia import ATTRIBUTION, LICENSE
-    from realm_hf.modelcard import write_model_card
+    from realm_hf.hub.cards import write_model_card
 
     start = prepare(args, bert_dir)
     task, held_out, model = start["task"], start["held_out"], start["model"]
@@ -318,8 +317,8 @@ def print_table(title: str, before: dict, after: dict) -> None:
 
 def answer_with_pipeline(model_dir: str, shown: list[dict]) -> int:
     """Answer `shown` through the pipeline, print each answer with its probability and source; count the right ones."""
+    from realm_hf import pipeline
     from realm_hf.metrics import exact_match_score
-    from realm_hf.pipeline_realm import pipeline
 
     qa = pipeline("question-answering", model=model_dir)
     answers = qa([q["question"] for q in shown], top_k=1)

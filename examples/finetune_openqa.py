@@ -202,9 +202,8 @@ def build_model_and_data(args):
         `--train-document-embedder` is given (trainable) or when it came with one (then frozen); its retriever's
         index is consistent with the document embedder, so a refresh only moves the index as training moves it.
     """
-    from realm_hf import RealmForOpenQA, RealmTokenizer
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
+    from realm_hf.models.initialization import init_from_bert
     from realm_hf.training.recipes import seed_everything, set_document_embedder_trainable
 
     # Before the model is built: its fresh heads (retrieval projection, span scorer) are drawn here, and the Trainer

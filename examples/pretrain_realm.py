@@ -154,7 +154,7 @@ def masked_examples(
 
 def ict_examples(blocks: dict[str, list], exclude_entries: set[str]) -> list[dict]:
     """
-    ICT inputs from split blocks (the columns of `realm_hf.retrieval_realm.split_documents`): the blocks with at
+    ICT inputs from split blocks (the columns of `realm_hf.retrieval.chunking.split_documents`): the blocks with at
     least two sentences (a one-sentence block would be its own query), outside `exclude_entries`.
     """
     from realm_hf.training.ict import split_sentences
@@ -297,11 +297,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from realm_hf import RealmTokenizer
+    from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
-    from realm_hf.retrieval_realm import RealmRetriever, split_documents
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
+    from realm_hf.retrieval.chunking import split_documents
     from realm_hf.training.ict import RealmForInverseClozeTask
     from realm_hf.training.recipes import seed_everything
 

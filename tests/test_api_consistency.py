@@ -11,8 +11,8 @@ from test_pipeline import QUESTIONS, build_tiny_model, save_tiny_model
 
 import realm_hf
 from realm_hf import RealmEmbedder, RealmForOpenQA, RealmForPreTraining, RealmScorer
-from realm_hf.peft_utils import lora_target_regex
 from realm_hf.training.ict import RealmForInverseClozeTask
+from realm_hf.training.lora import lora_target_regex
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def _encode(tokenizer, questions):
 
 
 def test_from_pretrained_without_retriever_loads_the_weights_alone(tiny, monkeypatch):
-    import realm_hf.retriever_owner as retriever_owner
+    import realm_hf.models.retriever_owner as retriever_owner
 
     def no_corpus(*args, **kwargs):
         raise AssertionError("load_retriever=False must not look for a corpus")
@@ -246,7 +246,7 @@ def test_lora_targets_follow_the_shared_names(tiny):
 
 def test_answer_pipeline_and_forward_cut_span_text_in_one_place(tiny, monkeypatch):
     """Issue 24: `answer()` and the pipeline each cut span text from offsets; now `openqa_answers.span_text` does."""
-    from realm_hf import openqa_answers
+    from realm_hf.models import openqa_answers
 
     model, tokenizer = tiny[0], tiny[1]
     qa = realm_hf.pipeline("question-answering", model=model)

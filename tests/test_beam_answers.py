@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
-from realm_hf.reader_inputs import (
+from realm_hf.models.reader_inputs import (
     build_reader_inputs,
     find_answer_spans,
     find_answers_in_token_ids,
@@ -22,7 +22,7 @@ from realm_hf.reader_inputs import (
 )
 from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
 from realm_hf.retrieval.encoding import tokenize_block_texts
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.openqa import DataCollatorForOpenQA
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "corpus")

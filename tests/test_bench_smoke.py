@@ -70,7 +70,7 @@ def test_embed_bench_quick_runs(tmp_path, capsys):
 
 
 def test_qa_bench_realm_hf_only_runs(tmp_path, capsys):
-    pytest.importorskip("realm_hf.retrieval_realm")
+    pytest.importorskip("realm_hf.retrieval")
     qa = load_script("qa")
     args = ["--skip-legacy", "--blocks", "120,400", "--block-words", "8,20", "--questions", "6", "--batches", "1,4"]
     args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--span-hidden", "16", "--reader-seq-len", "48"]
@@ -108,7 +108,7 @@ def test_qa_bench_sized_corpus_adds_synthetic_blocks_like_the_real_ones():
 
 @pytest.mark.slow
 def test_qa_bench_matches_legacy(tmp_path, capsys):
-    pytest.importorskip("realm_hf.retrieval_realm")
+    pytest.importorskip("realm_hf.retrieval")
     qa = load_script("qa")
     legacy_python = qa.find_legacy_python(None)
     if legacy_python is None:

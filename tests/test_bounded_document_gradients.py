@@ -10,7 +10,7 @@ import torch
 from test_training import LEGACY_OPENQA, QUESTIONS, make_model
 
 from realm_hf import RealmConfig, RealmForOpenQA
-from realm_hf.reader_inputs import build_reader_inputs, tokenize_answers
+from realm_hf.models.reader_inputs import build_reader_inputs, tokenize_answers
 from realm_hf.training.openqa import DataCollatorForOpenQA
 
 K = 6  # make_model's searcher beam

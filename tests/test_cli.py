@@ -286,7 +286,7 @@ def test_evaluate_csv_and_missing_column(converted, tmp_path, capsys):
 
 
 def test_index_builds_corpus_and_attaches_it(converted, tmp_path, capsys):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     corpus_dir = tmp_path / "corpus"
     assert run("index", DOCUMENTS, "--model", converted, "--max-block-length", 32, "--output", corpus_dir) == 0
@@ -340,7 +340,7 @@ def test_index_csv_columns(converted, tmp_path, capsys):
         )
         == 0
     )
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     retriever = RealmRetriever.from_pretrained(tmp_path / "c2")
     assert retriever.corpus["title"] == ["Paris", "Berlin"]
@@ -416,7 +416,7 @@ def test_train_pretrain(tmp_path):
     path = tmp_path / "pretrain.json"
     path.write_text(json.dumps(config))
     assert run("train", path) == 0
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     model = RealmForPreTraining.from_pretrained(tmp_path / "out")  # output_dir is relative to the config file
     assert model.retriever is not None and len(model.retriever) >= len(documents)

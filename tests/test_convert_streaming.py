@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from realm_hf.retrieval import legacy_records
-from realm_hf.retrieval.conversion import write_flat_index, write_legacy_retriever
+from realm_hf.retrieval.conversion import convert_legacy_checkpoint, write_flat_index, write_legacy_retriever
 from realm_hf.retrieval.index import new_index
-from realm_hf.retrieval_realm import RealmRetriever, convert_legacy_checkpoint
+from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEGACY_OPENQA = os.path.join(HERE, "fixtures", "legacy", "openqa")

@@ -23,7 +23,7 @@ from test_pipeline import build_tiny_model
 
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
 from realm_hf.file_utils import JOURNAL_NAME, STAGING_PREFIX
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "scripts", "crash_save_worker.py")
@@ -254,7 +254,7 @@ def test_a_journal_cannot_move_files_out_of_its_directory(tmp_path):
 def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
     import threading
 
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     rng = np.random.default_rng(0)
     retrievers = [

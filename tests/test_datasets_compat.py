@@ -19,8 +19,8 @@ from datasets.table import ConcatenationTable, MemoryMappedTable
 from test_retrieval import CORPUS_DIR, MAX_BLOCK_LENGTH, NEW_DOC, TinyEmbedder, embed_questions
 from transformers import BertTokenizer
 
-from realm_hf.constants import FORMAT_VERSION
-from realm_hf.retrieval_realm import INDEX_NAME, MANIFEST_NAME, RealmRetriever
+from realm_hf.constants import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME
+from realm_hf.retrieval.retriever import RealmRetriever
 
 QUESTIONS = ["lighthouse of port estrel", "garbage collector", "wool market", "volcanic island", "compiler"]
 V1_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "retriever_v1")

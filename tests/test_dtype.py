@@ -15,7 +15,7 @@ from test_pipeline import QUESTIONS, build_tiny_model, save_tiny_model
 import realm_hf
 from realm_hf import precision
 from realm_hf.cli import main
-from realm_hf.modeling_reader import RealmReaderProjection
+from realm_hf.models.modeling_reader import RealmReaderProjection
 from realm_hf.retrieval.encoding import embed_blocks
 
 

@@ -16,7 +16,7 @@ from test_training import QUESTIONS, all_embeddings, make_model, training_args
 from transformers import BertTokenizer
 
 from realm_hf import RealmEmbedder
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA, RealmOpenQATrainer
 

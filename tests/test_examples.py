@@ -120,7 +120,7 @@ def test_finetune_openqa_accelerate_example(examples_on_path, tiny_bert, qa_file
 def test_pretrain_realm_example(examples_on_path, tiny_bert, tmp_path):
     import pretrain_realm
 
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     argv = [
         "--bert", tiny_bert,
@@ -147,8 +147,8 @@ def test_pretraining_optimizer_scales_the_embedders_only(examples_on_path, tiny_
 
     import pretrain_realm
 
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     model = init_from_bert(RealmForPreTraining, tiny_bert, retriever_proj_size=8, num_candidates=2)
     args = argparse.Namespace(learning_rate=1e-3, embedder_lr_ratio=0.1)

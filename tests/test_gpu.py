@@ -8,8 +8,10 @@ import os
 import pytest
 import torch
 
-from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmTokenizer, faiss_utils
-from realm_hf.retrieval_realm import RealmRetriever, embed_blocks
+from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmTokenizer
+from realm_hf.retrieval import index as faiss_utils
+from realm_hf.retrieval.encoding import embed_blocks
+from realm_hf.retrieval.retriever import RealmRetriever
 
 pytestmark = pytest.mark.gpu
 

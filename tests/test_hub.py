@@ -44,7 +44,8 @@ from test_pipeline import DOCS, QUESTIONS, assert_same_answers, build_tiny_model
 
 import realm_hf
 from realm_hf import RealmForOpenQA
-from realm_hf.hub import (
+from realm_hf.hub.card_handwritten import parse_card_metadata
+from realm_hf.hub.repositories import (
     download_retriever,
     load_referenced_retriever,
     load_retriever_from_hub,
@@ -52,8 +53,7 @@ from realm_hf.hub import (
     push_to_hub,
     set_retriever_reference,
 )
-from realm_hf.modelcard import parse_card_metadata
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -536,7 +536,7 @@ def test_push_to_hub_without_retriever_and_to_a_branch(saved, tmp_path, monkeypa
 
 
 def test_transformers_push_to_hub_cannot_upload_the_retriever(saved, tmp_path, monkeypatch):
-    """Why RealmForOpenQA.push_to_hub must delegate to realm_hf.hub.push_to_hub (transformers 5 behaviour)."""
+    """Why RealmForOpenQA.push_to_hub must delegate to realm_hf.hub.repositories.push_to_hub (transformers 5 behaviour)."""
     from transformers.utils.hub import PushToHubMixin
 
     hub = RecordingHub(tmp_path)

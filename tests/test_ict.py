@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmTokenizer
-from realm_hf.modeling_pretraining import RealmForPreTraining
+from realm_hf.models.modeling_pretraining import RealmForPreTraining
 from realm_hf.training.ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, split_sentences
 
 LEGACY = os.path.join(os.path.dirname(__file__), "fixtures", "legacy")

@@ -67,7 +67,7 @@ def test_every_bad_question_is_named(tiny):
 
 
 def test_past_a_hundred_positions_the_message_says_how_to_list_them(tiny):
-    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.text_inputs.question_problems\("):
+    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.user_text.question_problems\("):
         tiny[0].answer([""] * 107)
 
 
@@ -208,7 +208,7 @@ BUILD = dict(max_block_length=32, show_progress=False)
 
 
 def test_one_doc_id_type_per_corpus(tiny):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     model, tokenizer = tiny
     with pytest.raises(ValueError, match=r"Documents 0 and 1 have doc_ids of different types \(str '3'"):
@@ -237,7 +237,7 @@ def test_one_doc_id_type_per_corpus(tiny):
 
 
 def test_documents_without_text_are_named_in_a_warning(tiny, caplog):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     model, tokenizer = tiny
     documents = [{"doc_id": 1, "text": ""}, {"doc_id": 2, "text": "two"}, {"doc_id": 3, "text": " \x00 "}]
@@ -270,7 +270,7 @@ def _rewrite_corpus(directory, change):
 def test_damaged_corpora_are_refused_at_load(tiny, tmp_path):
     import datasets
 
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     retriever = tiny[0].retriever
     numbers = tmp_path / "numbers"
@@ -304,7 +304,7 @@ LEGACY_RECORDS.append("This is a longer longer longer record")
 @pytest.fixture
 def legacy_retriever(tmp_path):
     from realm_hf import RealmTokenizer
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in LEGACY_VOCAB))
     tokenizer = RealmTokenizer.from_pretrained(tmp_path)
@@ -360,7 +360,7 @@ def test_transformers_test_block_has_answer_passes(legacy_retriever):
 
 
 def test_legacy_positional_constructor_says_what_replaces_it(legacy_retriever):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     records = np.array([text.encode() for text in LEGACY_RECORDS], dtype=object)
     with pytest.raises(TypeError, match=r"transformers 4 constructor.*from_legacy.*from_documents"):
@@ -369,7 +369,7 @@ def test_legacy_positional_constructor_says_what_replaces_it(legacy_retriever):
 
 def test_legacy_keyword_constructor_says_what_replaces_it_too(legacy_retriever):
     """`RealmRetriever(block_records=..., tokenizer=...)` gets the positional form's message, not Python's own."""
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     records = np.array([text.encode() for text in LEGACY_RECORDS], dtype=object)
     with pytest.raises(TypeError, match=r"transformers 4 constructor.*from_legacy.*from_documents"):

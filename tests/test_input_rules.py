@@ -1,6 +1,6 @@
 """Bad input at every entry point (issue 13): undecodable text, bad items in a batch, question types, and messages.
 
-The rules live in `realm_hf.text_inputs`; these tests check that `answer()`, the pipeline, `realm-hf ask`, `realm-hf
+The rules live in `realm_hf.user_text`; these tests check that `answer()`, the pipeline, `realm-hf ask`, `realm-hf
 train`/`index`, the Open-QA collator and evaluation, and corpus building all follow them. The tiny model is the one of
 test_pipeline.py (hidden 32, 2 layers, 6 blocks, `max_position_embeddings=64`).
 """
@@ -17,7 +17,7 @@ from test_pipeline import QUESTIONS, build_tiny_model, save_tiny_model
 import realm_hf
 from realm_hf.cli import main
 from realm_hf.constants import MANIFEST_NAME
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.openqa import DataCollatorForOpenQA, evaluate_openqa
 
 LATIN1_QUESTION = "caf\udce9 who wrote unix?"  # b"caf\xe9 ..." read with errors="surrogateescape"

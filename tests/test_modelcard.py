@@ -10,15 +10,13 @@ import pytest
 import yaml
 from test_pipeline import DOCS, build_tiny_model, save_tiny_model
 
-from realm_hf.modelcard import (
-    AUTO_END,
-    AUTO_START,
+from realm_hf.hub.card_handwritten import AUTO_END, AUTO_START, parse_card_metadata
+from realm_hf.hub.card_sections import corpus_info
+from realm_hf.hub.cards import (
     USAGE_MODEL_PLACEHOLDER,
-    corpus_info,
     extract_code_blocks,
     generate_corpus_card,
     generate_model_card,
-    parse_card_metadata,
     write_model_card,
 )
 
@@ -400,9 +398,9 @@ def test_loading_without_realm_hf_names_realm_hf(saved, without_realm_hf):
 
 def test_trust_remote_code_loads_through_the_installed_realm_hf(without_realm_hf):
     assert without_realm_hf["installed"] == {
-        "AutoConfig": "ok realm_hf.configuration_realm.RealmConfig",
-        "AutoModel": "ok realm_hf.modeling_openqa.RealmForOpenQA",
-        "AutoTokenizer": "ok realm_hf.tokenization_realm.RealmTokenizer",
+        "AutoConfig": "ok realm_hf.models.configuration_realm.RealmConfig",
+        "AutoModel": "ok realm_hf.models.modeling_openqa.RealmForOpenQA",
+        "AutoTokenizer": "ok realm_hf.models.tokenization_realm.RealmTokenizer",
         "pipeline": "ok realm_hf.pipelines.question_answering.RealmQuestionAnsweringPipeline",
     }
 

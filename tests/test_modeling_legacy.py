@@ -243,7 +243,7 @@ def test_gradient_checkpointing_trains():
 def test_checkpoint_of_another_model_type_is_a_clear_error(cls, tmp_path):
     from transformers import BertConfig, BertModel
 
-    from realm_hf.initialization import init_from_bert
+    from realm_hf.models.initialization import init_from_bert
 
     config = BertConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, vocab_size=99

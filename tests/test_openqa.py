@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from realm_hf import RealmForOpenQA
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 LEGACY_OPENQA = os.path.join(os.path.dirname(__file__), "fixtures", "legacy", "openqa")
 
@@ -192,8 +192,8 @@ def test_reader_uses_the_fused_tanh_gelu(model):
 
 
 def test_retriever_of_another_embedding_size_is_refused(model):
-    from realm_hf.modeling_pretraining import RealmForPreTraining
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     proj = model.config.retriever_proj_size
     wrong = RealmRetriever.from_embeddings(

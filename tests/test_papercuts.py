@@ -51,8 +51,8 @@ def tiny_bert(tmp_path_factory):
 
 
 def test_init_from_bert_records_an_untrained_reader_and_no_local_path(tiny_bert):
-    from realm_hf.initialization import init_from_bert
-    from realm_hf.modeling_pretraining import RealmForPreTraining
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     model = init_from_bert(RealmForOpenQA, tiny_bert, retriever_proj_size=8, span_hidden_size=8)
     assert model.config.reader_trained is False
@@ -67,7 +67,7 @@ def test_untrained_reader_warns_at_load_and_answer_and_in_card(tiny_bert, tmp_pa
     from huggingface_hub import ModelCard
 
     from realm_hf import RealmRetriever, RealmTokenizer
-    from realm_hf.initialization import init_from_bert
+    from realm_hf.models.initialization import init_from_bert
 
     model = init_from_bert(
         RealmForOpenQA, tiny_bert, retriever_proj_size=8, span_hidden_size=8, base_model="org/tiny-bert"

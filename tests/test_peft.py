@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from realm_hf import RealmForOpenQA, RealmReader
-from realm_hf.peft_utils import (
+from realm_hf.training.lora import (
     add_lora,
     load_adapter,
     lora_parameter_names,

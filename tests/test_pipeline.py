@@ -16,7 +16,8 @@ import transformers
 
 import realm_hf
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
-from realm_hf.pipeline_realm import (
+from realm_hf.models.provenance import PROVENANCE_KEYS
+from realm_hf.pipelines import (
     PIPELINE_MODULE_FILE,
     REALM_QA_TASK,
     RealmQuestionAnsweringPipeline,
@@ -25,7 +26,6 @@ from realm_hf.pipeline_realm import (
     register_pipeline,
     write_pipeline_module,
 )
-from realm_hf.provenance import PROVENANCE_KEYS
 
 DOCS = [
     ("Compiler", "A compiler is a program that translates source code into machine code for a computer."),
@@ -40,7 +40,7 @@ QUESTIONS = ["who wrote unix?", "what is a compiler?", "when was python created?
 
 def build_tiny_model(tmp_dir, reader_beam_size=3, seed=0):
     """A tiny RealmForOpenQA (hidden 32, 2 layers) with a 6-block corpus indexed by its own embedder."""
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     words = set()
     for title, text in DOCS:
@@ -359,7 +359,7 @@ def test_classic_options_without_a_meaning_are_refused_with_the_reason(tiny, qa,
 
 
 def test_align_to_words_widens_wordpiece_spans():
-    from realm_hf.openqa_answers import _align_to_words
+    from realm_hf.models.openqa_answers import _align_to_words
 
     text = "Unix was rewritten in C, (mostly) by Ritchie."
     start = text.index("written")  # a span starting at the wordpiece `##written`

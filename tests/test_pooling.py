@@ -9,7 +9,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from realm_hf import RealmConfig, RealmEmbedder
-from realm_hf.initialization import init_from_bert, realm_config_from_bert, sentence_transformers_pooling
+from realm_hf.models.initialization import init_from_bert, realm_config_from_bert, sentence_transformers_pooling
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=99)
 

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, RealmScorer, RealmTokenizer
-from realm_hf.initialization import init_from_bert, load_bert_state_dict, realm_config_from_bert
-from realm_hf.modeling_pretraining import (
+from realm_hf.models.initialization import init_from_bert, load_bert_state_dict, realm_config_from_bert
+from realm_hf.models.modeling_pretraining import (
     NULL_BLOCK_ID,
     PADDING_BLOCK_ID,
     RealmForPreTraining,
@@ -58,7 +58,7 @@ def tiny_config(tokenizer, **kwargs):
 
 
 def make_retriever(embeddings, tokenizer, titles=TITLES, texts=TEXTS):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     return RealmRetriever.from_embeddings(embeddings, list(texts), titles=list(titles), tokenizer=tokenizer)
 

@@ -17,7 +17,7 @@ from transformers.utils import logging as transformers_logging
 
 import realm_hf.progress
 from realm_hf.progress import PROGRESS_BAR_GROUP, progress_bars_enabled
-from realm_hf.retrieval_realm import embed_blocks
+from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.training import evaluate_openqa
 
 SWITCHES = {

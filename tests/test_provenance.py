@@ -9,7 +9,7 @@ from test_pipeline import DOCS, QUESTIONS, build_tiny_model, save_tiny_model
 import realm_hf
 from realm_hf import RealmForOpenQA
 from realm_hf.cli import main
-from realm_hf.provenance import PROVENANCE_KEYS, block_provenance
+from realm_hf.models.provenance import PROVENANCE_KEYS, block_provenance
 
 ANSWER_KEYS = {"answer", "score", "logit", "start", "end", "block"}
 LEGACY_ALIASES = {"id", "score"}
@@ -19,7 +19,7 @@ CORPUS_COLUMNS = {"char_start", "char_end", "source"}
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     tmp = tmp_path_factory.mktemp("provenance")
     model, tokenizer = build_tiny_model(str(tmp))

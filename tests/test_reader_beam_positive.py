@@ -11,7 +11,7 @@ import torch
 from test_training import QUESTIONS, make_model
 
 from realm_hf import RealmConfig
-from realm_hf.reader_inputs import build_reader_inputs, positive_block_order, tokenize_answers
+from realm_hf.models.reader_inputs import build_reader_inputs, positive_block_order, tokenize_answers
 from realm_hf.training.openqa import DataCollatorForOpenQA
 
 

@@ -13,18 +13,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import BertConfig, BertModel, BertTokenizer
 
-from realm_hf import faiss_utils
-from realm_hf.constants import FORMAT_VERSION
-from realm_hf.retrieval_realm import (
-    INDEX_NAME,
-    MANIFEST_NAME,
-    RealmRetriever,
-    block_spans,
-    convert_legacy_checkpoint,
-    embed_blocks,
-    fingerprint_module,
-    split_documents,
-)
+from realm_hf.constants import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME
+from realm_hf.retrieval import index as faiss_utils
+from realm_hf.retrieval.chunking import block_spans, split_documents
+from realm_hf.retrieval.conversion import convert_legacy_checkpoint
+from realm_hf.retrieval.encoding import embed_blocks, fingerprint_module
+from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(__file__)
 CORPUS_DIR = os.path.join(HERE, "fixtures", "corpus")

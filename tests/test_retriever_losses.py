@@ -1,7 +1,7 @@
 """`config.retriever_loss`: EMDR2, perplexity and attention distillation, checked against values computed by hand.
 
 Expected values are computed here with plain Python floats from the logits (and attentions) the model returns, never
-with `realm_hf.retriever_losses`. The model is the tiny legacy fixture of test_training.py (hidden 32, 2 layers, 12
+with `realm_hf.models.retriever_losses`. The model is the tiny legacy fixture of test_training.py (hidden 32, 2 layers, 12
 blocks, searcher beam 6, reader beam 3, dropout off).
 """
 
@@ -12,7 +12,7 @@ import torch
 from test_training import QUESTIONS, make_model
 
 from realm_hf import RealmConfig
-from realm_hf.retriever_losses import (
+from realm_hf.models.retriever_losses import (
     attention_distillation_loss,
     emdr2_loss,
     perplexity_distillation_loss,

@@ -10,7 +10,7 @@ import pytest
 from test_pipeline import DOCS, QUESTIONS, build_tiny_model
 
 from realm_hf import RealmForOpenQA
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 MANIFEST = os.path.join("retriever", "retriever_manifest.json")
 
@@ -298,7 +298,7 @@ def test_config_block_count_is_the_saved_corpus_even_with_documents_added_during
     """Issue 25: documents added while a model saves made config.num_block_records disagree with the corpus."""
     import threading
 
-    import realm_hf.modeling_base as modeling_base
+    import realm_hf.models.modeling_base as modeling_base
 
     model, _ = build_tiny_model(str(tmp_path))
     real_write_auto_module = modeling_base.write_auto_module

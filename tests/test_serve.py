@@ -15,8 +15,8 @@ import pytest
 from test_pipeline import DOCS, build_tiny_model
 
 import realm_hf
-from realm_hf.provenance import PROVENANCE_KEYS
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.models.provenance import PROVENANCE_KEYS
+from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.serving import RealmQAService, WriteRefused
 
 gradio = pytest.importorskip("gradio", reason="realm-hf[serve] is not installed (pip install 'realm-hf[serve]')")

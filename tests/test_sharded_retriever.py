@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from realm_hf import RealmForOpenQA, ShardedRealmRetriever
-from realm_hf.retrieval_realm import RealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER_PATH = os.path.join(HERE, "scripts", "sharded_worker.py")
@@ -263,7 +263,7 @@ def test_corrupt_or_missing_shard_files_are_refused(full_retrievers, tmp_path):
 def test_a_model_saved_with_a_sharded_retriever_leaves_the_shards_to_their_own_save(tmp_path, caplog):
     model = RealmForOpenQA.from_pretrained(worker.LEGACY_OPENQA, allow_pickle=True)
     model.set_retriever(ShardedRealmRetriever.from_retriever(model.retriever))
-    with caplog.at_level(logging.WARNING, logger="realm_hf.modeling_openqa"):
+    with caplog.at_level(logging.WARNING, logger="realm_hf.models.modeling_openqa"):
         model.save_pretrained(tmp_path / "model")
     assert "not saved with the model" in caplog.text
     assert not (tmp_path / "model" / "retriever").exists()

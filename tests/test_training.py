@@ -12,7 +12,7 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 from realm_hf import RealmForOpenQA
-from realm_hf.retrieval_realm import embed_blocks
+from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.training.callbacks import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
 

@@ -1,7 +1,8 @@
 """
-Question answering with REALM through transformers' `pipeline` API, kept under its old module name: the
-implementation is [`realm_hf.pipelines`] (the pipeline class, its inputs, its answers and its registration).
+The module path that saved REALM models name: the `realm_pipeline.py` that [`write_pipeline_module`] writes next to a
+saved model imports `RealmQuestionAnsweringPipeline` from here, so this path stays importable for every directory
+saved so far (`tests/test_saved_module_paths.py`). The implementation is [`realm_hf.pipelines`].
 """
 
-from .pipelines import *  # noqa: F403 - the old module path re-exports the package's public names
+from .pipelines import *  # noqa: F403 - the saved module path re-exports the package's public names
 from .pipelines import __all__  # noqa: F401

@@ -32,7 +32,7 @@ def search_corpus(index: str):
     """The single-process retriever the sharded ones are compared with (the same in every process and in the test)."""
     from transformers import BertTokenizer
 
-    from realm_hf.retrieval_realm import RealmRetriever
+    from realm_hf.retrieval.retriever import RealmRetriever
 
     rng = np.random.default_rng(0)
     embeddings = rng.standard_normal((NUM_BLOCKS, DIM)).astype(np.float32)

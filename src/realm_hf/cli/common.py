@@ -122,7 +122,7 @@ def load_tokenizer(*candidates: str):
     """The tokenizer of the first directory (or `retriever/tokenizer` subfolder) that has one."""
     from transformers import AutoTokenizer  # deferred: see library_progress_bars
 
-    from ..tokenization_realm import check_vocabulary
+    from ..models.tokenization_realm import check_vocabulary
 
     errors = []
     for candidate in candidates:

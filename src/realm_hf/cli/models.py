@@ -9,7 +9,8 @@ from .common import CLIError, architecture_of, config_of, default_device, requir
 
 def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None, need_retriever: bool = True):
     """A `RealmForOpenQA` in eval mode on `device`, refusing a directory that holds another architecture."""
-    from ..modeling_realm import RealmForOpenQA  # deferred: the cli package imports nothing heavy at module level
+    # deferred: the cli package imports nothing heavy at module level
+    from ..models.modeling_openqa import RealmForOpenQA
 
     require_local_or_hub(path, "Model")
     if os.path.isdir(path):
@@ -62,7 +63,8 @@ def check_embedder_dir(path: str, what: str = "--model") -> None:
 
 def embedder_from_dir(path: str):
     """The embedder that fills an index, from a REALM model directory: (embedder, description)."""
-    from ..modeling_realm import RealmEmbedder, RealmForOpenQA, RealmScorer  # deferred: see load_openqa
+    from ..models.modeling_embedder import RealmEmbedder, RealmScorer  # deferred: see load_openqa
+    from ..models.modeling_openqa import RealmForOpenQA
 
     check_embedder_dir(path)
     found = architecture_of(config_of(path))
@@ -75,7 +77,7 @@ def embedder_from_dir(path: str):
         what = "document embedder" if model.index_embedder is model.document_embedder else "question embedder"
         return model.index_embedder, what
     if found == "RealmForPreTraining":
-        from ..modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
+        from ..models.modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
 
         return load_without_retriever(RealmForPreTraining, path).index_embedder, "document embedder"
     if found == "RealmForInverseClozeTask":

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..text_inputs import question_text_problems, undecodable_text_problem
+from ..user_text import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 
 _DOCUMENT_SUFFIXES = {

@@ -12,16 +12,16 @@ import torch
 from transformers import Pipeline
 
 from ..logging_utils import get_logger
-from ..modeling_realm import RealmForOpenQA
-from ..openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
+from ..models.modeling_openqa import RealmForOpenQA
+from ..models.openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
+from ..models.provenance import block_provenance
+from ..models.tokenization_realm import tokenizer_call
 from ..precision import autocast, parse_dtype
-from ..provenance import block_provenance
 
 # The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
-from ..text_inputs import check_context as _check_context
-from ..text_inputs import check_positive_int, check_questions
-from ..text_inputs import question_example as _to_example
-from ..tokenization_realm import tokenizer_call
+from ..user_text import check_context as _check_context
+from ..user_text import check_positive_int, check_questions
+from ..user_text import question_example as _to_example
 from .inputs import _is_dataset, dataset_questions, is_hf_dataset
 from .options import map_classic_options
 
@@ -53,7 +53,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     - `logit` (`float`): REALM's raw score of the span, span logit + retrieval score of its block (the quantity the
       model maximises; with a context the retrieval score is 0);
     - `start`, `end` (`int`): character offsets of the answer in `block["text"]`;
-    - `block` (`dict`): provenance from [`~realm_hf.provenance.block_provenance`]: `block_id`, `doc_id`, `title`,
+    - `block` (`dict`): provenance from [`~realm_hf.models.provenance.block_provenance`]: `block_id`, `doc_id`, `title`,
       `text`, `retrieval_score` and the corpus's other columns. For a `context` answer the block is the context:
       `block_id`, `doc_id` and `title` are `None`, `retrieval_score` is 0.
 
@@ -400,7 +400,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if os.path.isfile(save_directory):
             raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
         os.makedirs(save_directory, exist_ok=True)
-        from ..modeling_base import RealmPreTrainedModel
+        from ..models.modeling_base import RealmPreTrainedModel
 
         if isinstance(self.model, RealmPreTrainedModel) and self.tokenizer is not None:
             # One all-or-nothing save for weights, corpus, index and tokenizer (see RealmForOpenQA.save_pretrained).

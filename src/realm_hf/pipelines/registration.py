@@ -34,7 +34,7 @@ from typing import Any
 from transformers import Pipeline
 
 from ..file_utils import atomic_write_text
-from ..modeling_realm import RealmForOpenQA
+from ..models.modeling_openqa import RealmForOpenQA
 from ..precision import parse_dtype
 from .question_answering import RealmQuestionAnsweringPipeline
 

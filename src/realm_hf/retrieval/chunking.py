@@ -8,9 +8,9 @@ import datasets
 import numpy as np
 
 from ..logging_utils import get_logger
+from ..models.tokenization_realm import tokenizer_call
 from ..sentences import sentence_spans
-from ..text_inputs import check_text
-from ..tokenization_realm import tokenizer_call
+from ..user_text import check_text
 from .corpus import TOKEN_IDS_COLUMN, check_doc_id
 
 logger = get_logger(__name__)
@@ -177,7 +177,7 @@ def split_documents(documents, tokenizer, max_block_length: int = 288, first_doc
         title = document.get("title") or ""
         if not isinstance(title, str):
             raise ValueError(f"Document {position} has a 'title' of type {type(title).__name__}; expected a string.")
-        # The rule every entry point shares (text_inputs): undecodable bytes are refused, never indexed as garbage.
+        # The rule every entry point shares (user_text): undecodable bytes are refused, never indexed as garbage.
         check_text(text, f"Document {position}'s text")
         check_text(title, f"Document {position}'s title")
         doc_id = document.get("doc_id")

@@ -9,7 +9,6 @@ import json
 import os
 import re
 
-from ..auto_map import tokenizer_auto_map
 from ..constants import CORPUS_DIR, FORMAT_VERSION, LEGACY_BLOCK_RECORDS, MANIFEST_NAME, SHARDED_MANIFEST_NAME
 from ..file_utils import (
     check_inside,
@@ -18,6 +17,7 @@ from ..file_utils import (
     file_sha256,
     save_in_progress,
 )
+from ..hub.auto_map import tokenizer_auto_map
 from ..logging_utils import get_logger
 
 logger = get_logger(__name__)

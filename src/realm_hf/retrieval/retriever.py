@@ -89,7 +89,7 @@ class RealmRetriever:
 
     ```python
     >>> from realm_hf import RealmEmbedder, RealmTokenizer
-    >>> from realm_hf.retrieval_realm import RealmRetriever
+    >>> from realm_hf.retrieval.retriever import RealmRetriever
 
     >>> embedder = RealmEmbedder.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
     >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-cc-news-pretrained-embedder")

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
-from ..text_inputs import check_positive_int
+from ..user_text import check_positive_int
 
 
 @dataclass

@@ -154,7 +154,7 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
 def _try_load_tokenizer(path: str):
     from transformers import AutoTokenizer, BertTokenizer
 
-    from ..tokenization_realm import check_vocabulary  # with transformers, imported when a tokenizer is loaded
+    from ..models.tokenization_realm import check_vocabulary  # with transformers, imported when a tokenizer is loaded
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)

@@ -70,7 +70,7 @@ class RealmQAService:
         top_k = self.top_k if top_k is None else check_top_k(top_k)
         if not isinstance(question, str):
             raise ValueError(f"The question must be a string, got {type(question).__name__}.")
-        # The pipeline checks the question (`text_inputs.check_questions`, the rule every entry point shares).
+        # The pipeline checks the question (`user_text.check_questions`, the rule every entry point shares).
         kwargs = {"top_k": top_k, "max_question_length": MAX_QUESTION_LENGTH}
         if self.num_blocks is not None:
             kwargs["num_blocks"] = self.num_blocks

@@ -3,11 +3,11 @@ Training utilities for REALM: collators, the re-index callback, the Trainers (Op
 each writes realm-hf's model card) and the ICT warm start.
 """
 
+from ..hub.trainer_cards import RealmModelCardMixin
 from .callbacks import RealmReindexCallback
 from .checkpoint_state import RealmCheckpointMixin
 from .ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
-from .model_card import RealmModelCardMixin
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
 from .optimization import freeze_lower_layers, two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer

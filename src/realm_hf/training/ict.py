@@ -12,12 +12,13 @@ from torch import nn
 from transformers import Trainer
 from transformers.utils import ModelOutput
 
-from ..configuration_realm import RealmConfig
+from ..hub.trainer_cards import RealmModelCardMixin
 from ..logging_utils import get_logger
-from ..modeling_realm import RealmEmbedder, RealmPreTrainedModel, RealmQueryEmbedderMixin
+from ..models.configuration_realm import RealmConfig
+from ..models.modeling_base import RealmPreTrainedModel
+from ..models.modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
+from ..models.tokenization_realm import tokenizer_call
 from ..sentences import split_sentences
-from ..tokenization_realm import tokenizer_call
-from .model_card import RealmModelCardMixin
 
 logger = get_logger(__name__)
 
@@ -161,7 +162,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
 
     Submodules `query_embedder` and `embedder` (document embedder, also `document_embedder`), both
     [`RealmEmbedder`]; with `config.share_query_document_embedder=True` (the legacy layout) `query_embedder` is
-    `embedder`. Initialise them from BERT with [`~realm_hf.initialization.init_from_bert`], train with
+    `embedder`. Initialise them from BERT with [`~realm_hf.models.initialization.init_from_bert`], train with
     [`DataCollatorForInverseClozeTask`], then hand them to [`RealmForPreTraining.load_ict_embedders`] (or write them
     with [`~RealmForInverseClozeTask.export_embedders`]).
 
@@ -171,7 +172,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     Example:
 
     ```python
-    >>> from realm_hf.initialization import init_from_bert
+    >>> from realm_hf.models.initialization import init_from_bert
     >>> from realm_hf.training.ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask
 
     >>> model = init_from_bert(RealmForInverseClozeTask, "path/to/bert", share_query_document_embedder=False)
@@ -179,7 +180,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     >>> model(**batch).loss.backward()
     ```"""
 
-    # What its model card describes (realm_hf/modelcard/tasks.py).
+    # What its model card describes (realm_hf/hub/card_tasks.py).
     model_card_task = "ict"
 
     def __init__(self, config: RealmConfig):
@@ -256,7 +257,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             model_card (`bool`, *optional*, defaults to `True`): Write (or update) the README.md model card; text
                 written by hand in an existing card is kept, and transformers' draft Trainer card is replaced.
             save_retriever (`bool`, *optional*, defaults to `False`): Accepted as the other REALM models take it (an
-                ICT model has no retriever), so that [`realm_hf.hub.push_to_hub`] saves it like them.
+                ICT model has no retriever), so that [`realm_hf.hub.repositories.push_to_hub`] saves it like them.
         """
         write_card = self._card_writer(save_directory) if model_card else None
         self._save_directory(save_directory, args, kwargs, write_extra=write_card)
@@ -264,9 +265,10 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     def push_to_hub(self, repo_id: str, **kwargs):
         r"""
         Push weights, config, tokenizer (`tokenizer=`) and realm-hf's ICT model card to a Hub repo (transformers' own
-        `push_to_hub` would replace the card with a generic one). See [`realm_hf.hub.push_to_hub`] for the arguments.
+        `push_to_hub` would replace the card with a generic one). See [`realm_hf.hub.repositories.push_to_hub`] for the arguments.
         """
-        from ..hub import push_to_hub  # local import, as in RealmForOpenQA.push_to_hub: needed only to push
+        # local import, as in RealmForOpenQA.push_to_hub: needed only to push
+        from ..hub.repositories import push_to_hub
 
         return push_to_hub(self, repo_id, **kwargs)
 

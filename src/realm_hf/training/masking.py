@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..logging_utils import warn
-from ..tokenization_realm import tokenizer_call
+from ..models.tokenization_realm import tokenizer_call
 
 __all__ = ["DataCollatorForSalientSpanMasking", "find_dates_and_numbers", "salient_spans"]
 

@@ -9,17 +9,17 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
+from ..hub.trainer_cards import RealmModelCardMixin
 from ..logging_utils import get_logger
+from ..models.tokenization_realm import tokenizer_call
 from ..progress import progress_bar
-from ..text_inputs import (
+from ..user_text import (
     more_problems,
     question_content_problems,
     question_problems,
     question_text_problems,
     truncate_questions,
 )
-from ..tokenization_realm import tokenizer_call
-from .model_card import RealmModelCardMixin
 
 logger = get_logger(__name__)
 
@@ -84,7 +84,7 @@ def check_training_questions(
     """
     Check a QA dataset's questions before training starts (so a bad record stops the run before the first step, not
     at it): a missing column, a question that is not a non-empty, decodable string, or one without a content wordpiece
-    (only emoji, punctuation, special tokens: `realm_hf.text_inputs`) raises a `ValueError` naming its record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
+    (only emoji, punctuation, special tokens: `realm_hf.user_text`) raises a `ValueError` naming its record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
 
     Returns:
         `int`: how many questions will be cut.

@@ -20,7 +20,7 @@ import torch
 from transformers import Trainer
 
 from ..metrics import has_answer, normalize_answer
-from ..reader_inputs import build_reader_inputs, tokenize_answers
+from ..models.reader_inputs import build_reader_inputs, tokenize_answers
 from ..sentences import sentence_spans
 from .checkpoint_state import RealmCheckpointMixin
 from .masking import salient_spans

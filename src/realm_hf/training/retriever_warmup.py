@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from transformers import Trainer
 
-from ..modeling_reader import _marginal_log_loss
-from ..reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
+from ..models.modeling_reader import _marginal_log_loss
+from ..models.reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
 from .checkpoint_state import RealmCheckpointMixin
 
 __all__ = ["RealmRetrieverTrainer", "retrieval_loss"]

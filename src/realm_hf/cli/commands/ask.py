@@ -14,7 +14,7 @@ MAX_QUESTION_LENGTH = 64
 
 
 def _pipeline(model, args):
-    from ...pipeline_realm import RealmQuestionAnsweringPipeline
+    from ...pipelines.question_answering import RealmQuestionAnsweringPipeline
 
     # Without a retriever (answering from --context) the tokenizer comes from the model directory.
     tokenizer = None if model.retriever is not None else load_tokenizer(args.model)
@@ -66,7 +66,7 @@ def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
 
 
 def run(args) -> int:
-    from ...text_inputs import check_context, question_problems
+    from ...user_text import check_context, question_problems
 
     items = read_questions(args.questions, args.file)
     if args.top_k < 1:

@@ -69,7 +69,7 @@ def run(args) -> int:
 
     with atomic_output_dir(output, overwrite=args.overwrite) as tmp:
         if architecture == "RealmForOpenQA" or has_records:
-            from ...modeling_realm import RealmForOpenQA
+            from ...models.modeling_openqa import RealmForOpenQA
 
             if has_records:
                 # The conversion proper, streamed: pickled block texts + the `block_emb` buffer -> Arrow corpus + FAISS
@@ -89,7 +89,7 @@ def run(args) -> int:
                 model.config.num_block_records = _saved_manifest(tmp)["num_blocks"]
             elif os.path.isdir(os.path.join(source, RETRIEVER_SUBFOLDER)):
                 # Already in this format (e.g. re-saving as safetensors): keep its corpus.
-                from ...retrieval_realm import RealmRetriever
+                from ...retrieval.retriever import RealmRetriever
 
                 retriever = RealmRetriever.from_pretrained(os.path.join(source, RETRIEVER_SUBFOLDER))
                 model = RealmForOpenQA.from_pretrained(source, retriever=retriever)
@@ -132,7 +132,7 @@ def _write_conversion_card(directory: str, model, source: str) -> None:
     if type(model).__name__ != "RealmForOpenQA":
         return
     try:
-        from ...modelcard import write_model_card
+        from ...hub.cards import write_model_card
 
         write_model_card(
             directory,

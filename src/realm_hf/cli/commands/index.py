@@ -35,7 +35,7 @@ def split_index_spec(spec: str) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
-    from ...retrieval_realm import RealmRetriever
+    from ...retrieval.retriever import RealmRetriever
 
     if not args.output and not args.attach_to:
         raise CLIError("Say where the corpus goes: --output DIR and/or --attach-to MODEL_DIR.")

@@ -19,7 +19,7 @@ def run(args) -> int:
         )
     if args.corpus_repo_id and architecture != "RealmForOpenQA":
         raise CLIError("--corpus-repo-id needs a RealmForOpenQA model directory (with a retriever/).")
-    from ... import hub
+    from ...hub import repositories as hub
 
     def hub_call(what: str, fn, *a, **kw):
         try:

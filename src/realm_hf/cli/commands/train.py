@@ -64,7 +64,7 @@ def _apply_model_config(model, overrides: dict) -> None:
     """Set `model_config`'s training settings on a model loaded from `model`, checked as `RealmConfig` checks them."""
     if not overrides:
         return
-    from ...configuration_realm import RealmConfig
+    from ...models.configuration_realm import RealmConfig
 
     if not isinstance(overrides, dict):
         raise CLIError(f"model_config must be a mapping of config keys to values, got {overrides!r}.")
@@ -84,7 +84,7 @@ def _apply_model_config(model, overrides: dict) -> None:
 
 
 def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
-    from ...retrieval_realm import RealmRetriever
+    from ...retrieval.retriever import RealmRetriever
 
     if config.get("corpus") and config.get("documents"):
         raise CLIError("Give either `corpus` (a saved corpus) or `documents` (to build one), not both.")
@@ -130,7 +130,7 @@ def _reindex_callback(model, config: dict, train_dataset=None):
 
 
 def _train_finetune(config: dict, args) -> dict:
-    from ...modeling_realm import RealmForOpenQA
+    from ...models.modeling_openqa import RealmForOpenQA
     from ...training.recipes import evaluation_history, openqa_trainer, set_document_embedder_trainable
 
     if bool(config.get("model")) == bool(config.get("init_from_bert")):
@@ -153,7 +153,7 @@ def _train_finetune(config: dict, args) -> dict:
         _apply_model_config(model, config.get("model_config"))
         tokenizer = None
     else:
-        from ...initialization import init_from_bert
+        from ...models.initialization import init_from_bert
 
         model = init_from_bert(RealmForOpenQA, config["init_from_bert"], **(config.get("model_config") or {}))
         tokenizer = load_tokenizer(config["init_from_bert"])
@@ -169,7 +169,7 @@ def _train_finetune(config: dict, args) -> dict:
     training_model = model
     lora = config.get("lora")
     if lora:
-        from ...peft_utils import add_lora
+        from ...training.lora import add_lora
 
         if not isinstance(lora, dict):
             lora = {}
@@ -202,7 +202,7 @@ def _train_finetune(config: dict, args) -> dict:
     output_dir = config["output_dir"]
     final_model = model
     if lora:
-        from ...peft_utils import merge_adapter, save_adapter
+        from ...training.lora import merge_adapter, save_adapter
 
         save_adapter(training_model, os.path.join(output_dir, "adapter"))
         final_model = merge_adapter(training_model)
@@ -280,7 +280,7 @@ def _warmups(model, config: dict, train_dataset) -> None:
 
 
 def _train_pretrain(config: dict, args) -> dict:
-    from ...modeling_pretraining import RealmForPreTraining
+    from ...models.modeling_pretraining import RealmForPreTraining
     from ...training.recipes import (
         evaluation_history,
         pretraining_optimizer,
@@ -297,7 +297,7 @@ def _train_pretrain(config: dict, args) -> dict:
         _apply_model_config(model, overrides)
         tokenizer = load_tokenizer(config["model"])
     elif config.get("init_from_bert"):
-        from ...initialization import init_from_bert
+        from ...models.initialization import init_from_bert
 
         model = init_from_bert(RealmForPreTraining, config["init_from_bert"], **overrides)
         tokenizer = load_tokenizer(config["init_from_bert"])
@@ -366,7 +366,7 @@ def _train_pretrain(config: dict, args) -> dict:
 
 def _write_training_card(output_dir: str, model, metrics: dict, training_args, config: dict) -> None:
     try:
-        from ...modelcard import write_model_card
+        from ...hub.cards import write_model_card
 
         base = config.get("model") or config.get("init_from_bert")
         write_model_card(

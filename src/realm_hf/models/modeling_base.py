@@ -10,10 +10,10 @@ from transformers import PreTrainedModel
 from transformers.activations import GELUTanh, NewGELUActivation
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredictionHead
 
-from .auto_map import model_auto_map, prepare_save, write_auto_module
+from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from ..file_utils import consistent_read, staged_save
+from ..hub.auto_map import model_auto_map, prepare_save, write_auto_module
 from .configuration_realm import RealmConfig
-from .constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from .file_utils import consistent_read, staged_save
 
 
 class RealmPreTrainedModel(PreTrainedModel):
@@ -63,7 +63,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         `save_directory` and swapped in under a journal, so that a save killed at any moment leaves exactly the
         previous save or exactly this one (see [`realm_hf.file_utils.staged_save`]). Other files in the directory
         are kept. `config.json` also gets an `auto_map` naming the small `realm_hf_auto.py` written next to it, so that
-        transformers' Auto classes used without `import realm_hf` point to realm-hf (see `realm_hf/auto_map.py` and
+        transformers' Auto classes used without `import realm_hf` point to realm-hf (see `realm_hf/hub/auto_map.py` and
         docs/hub.md).
         """
         self._save_directory(save_directory, args, kwargs)
@@ -82,7 +82,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         `retriever/` belongs to the model: it is replaced as a whole. Saved without a retriever, a directory keeps the
         one it has.
         """
-        from .retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
+        from ..retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
             rebind_model_files,
             record_model_files,
             record_num_blocks,
@@ -142,9 +142,9 @@ class RealmPreTrainedModel(PreTrainedModel):
         """
         The `write_extra` of [`~RealmPreTrainedModel._save_directory`] that writes realm-hf's model card into the
         staging folder, from the README now in `save_directory`: its hand-written text is kept, and transformers'
-        draft Trainer card there is replaced (see `realm_hf/modelcard`).
+        draft Trainer card there is replaced (see `realm_hf/hub/cards.py`).
         """
-        from .modelcard import write_model_card  # local import: the card code is needed only when a card is saved
+        from ..hub.cards import write_model_card  # local import: the card code is needed only when a card is saved
 
         readme = os.path.join(os.fspath(save_directory), "README.md")
 

@@ -5,7 +5,7 @@ onto a base model, and merged into plain weights.
 
 ```python
 >>> from realm_hf import RealmForOpenQA
->>> from realm_hf.peft_utils import add_lora, load_adapter, merge_adapter, save_adapter
+>>> from realm_hf.training.lora import add_lora, load_adapter, merge_adapter, save_adapter
 
 >>> model = RealmForOpenQA.from_pretrained("path/to/realm-model")
 >>> peft_model = add_lora(model, targets=("reader", "query_embedder"), r=8)
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .file_utils import consistent_read, normalize_permissions, staged_save
-from .logging_utils import get_logger
+from ..file_utils import consistent_read, normalize_permissions, staged_save
+from ..logging_utils import get_logger
 
 logger = get_logger(__name__)
 
@@ -46,7 +46,9 @@ DEFAULT_TARGET_MODULES = ("query", "value")
 
 def _self_components(model: torch.nn.Module) -> tuple[str, ...]:
     """The component names a single-component model answers to itself (its LoRA pattern then has no prefix)."""
-    from .modeling_realm import RealmEmbedder, RealmKnowledgeAugEncoder, RealmReader
+    from ..models.modeling_embedder import RealmEmbedder
+    from ..models.modeling_knowledge_aug import RealmKnowledgeAugEncoder
+    from ..models.modeling_reader import RealmReader
 
     if isinstance(model, RealmReader):
         return ("reader",)

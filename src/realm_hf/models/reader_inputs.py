@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .logging_utils import warn
+from ..logging_utils import warn
 from .tokenization_realm import tokenizer_call
 
 

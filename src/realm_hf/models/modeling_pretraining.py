@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..logging_utils import get_logger
 from .configuration_realm import RealmConfig
-from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
@@ -60,9 +60,9 @@ class RealmForPreTraining(
     Example:
 
     ```python
-    >>> from realm_hf.initialization import init_from_bert
-    >>> from realm_hf.modeling_pretraining import RealmForPreTraining
-    >>> from realm_hf.retrieval_realm import RealmRetriever
+    >>> from realm_hf.models.initialization import init_from_bert
+    >>> from realm_hf.models.modeling_pretraining import RealmForPreTraining
+    >>> from realm_hf.retrieval.retriever import RealmRetriever
 
     >>> model = init_from_bert(RealmForPreTraining, "path/to/bert", num_candidates=8)
     >>> retriever = RealmRetriever.from_documents(documents, model.index_embedder, tokenizer)
@@ -73,7 +73,7 @@ class RealmForPreTraining(
     ```"""
 
     main_input_name = "input_ids"
-    # What its model card describes (realm_hf/modelcard/tasks.py).
+    # What its model card describes (realm_hf/hub/card_tasks.py).
     model_card_task = "pretraining"
 
     def __init__(self, config: RealmConfig, retriever=None, tokenizer=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .retrieval.encoding import tokenize_blocks
+from ..retrieval.encoding import tokenize_blocks
 
 # Block ids in `retrieved_block_ids` that are not corpus blocks.
 NULL_BLOCK_ID = -1
@@ -123,7 +123,7 @@ def join_inputs_and_blocks(
 
 def encode_blocks(tokenizer, titles: list[str | None], texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
     r"""
-    Tokenize blocks exactly as the retriever embeds them ([`~realm_hf.retrieval_realm.embed_blocks`]):
+    Tokenize blocks exactly as the retriever embeds them ([`~realm_hf.retrieval.encoding.embed_blocks`]):
     `tokenizer(title, text, truncation=True, max_length=max_length)`, i.e. `[CLS] title [SEP] text [SEP]` (an empty
     title gives `[CLS] [SEP] text [SEP]`). Re-scoring must see the same inputs as indexing, or the fresh scores and
     the index disagree for reasons other than training.

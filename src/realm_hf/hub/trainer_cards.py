@@ -11,8 +11,8 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from ..modeling_base import RealmPreTrainedModel
-from .checkpoint_state import (
+from ..models.modeling_base import RealmPreTrainedModel
+from ..training.checkpoint_state import (
     TRAINING_ARGS_JSON,
     RealmCheckpointMixin,
     hide_background_corpus_warnings,
@@ -61,7 +61,7 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         As [`~transformers.Trainer.push_to_hub`], with the corpus uploaded as Parquet shards (as `model.push_to_hub`
         does), the training arguments as JSON, and without huggingface_hub's warning for each corpus file.
         """
-        from ..hub import expected_data_files  # local import: hub code is needed only when pushing
+        from .repositories import expected_data_files  # local import: hub code is needed only when pushing
 
         blocking = kwargs.get("blocking", args[1] if len(args) > 1 else True)
         if not blocking:  # the commit runs after this call returns, outside `expected_data_files`
@@ -103,13 +103,13 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         [`~transformers.Trainer.create_model_card`]; without a name they are listed in the card only. `license` and
         `language` are written only when given; `finetuned_from` defaults, as in transformers, to the Hub repo the
         model was loaded from (none for a local directory). `tasks` is accepted for compatibility (the task comes
-        from the model); other keyword arguments go to [`~realm_hf.modelcard.generate_model_card`].
+        from the model); other keyword arguments go to [`~realm_hf.hub.cards.generate_model_card`].
         """
         if not self.is_world_process_zero():
             return
         # Local imports: the card code is needed only when a card is written.
-        from ..modelcard import write_model_card
-        from ..modelcard.metadata import as_list
+        from .card_metadata import as_list
+        from .cards import write_model_card
 
         dataset_tags, names, configs = (as_list(value) for value in (dataset_tags, dataset, dataset_args))
         eval_dataset = None

@@ -1,6 +1,6 @@
 """
 The one loader of the retriever that belongs to a REALM checkpoint, the same for every model that owns one
-([`~realm_hf.retriever_owner.RetrieverOwnerMixin`]: `RealmForOpenQA`, `RealmForPreTraining`):
+([`~realm_hf.models.retriever_owner.RetrieverOwnerMixin`]: `RealmForOpenQA`, `RealmForPreTraining`):
 
 - a local directory: its `retriever/` folder (after completing an interrupted save into it);
 - a Hub repo id: its `retriever/` folder, downloaded through the huggingface_hub cache and pinned to one commit;
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from huggingface_hub import hf_hub_download, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-from .constants import LEGACY_BLOCK_RECORDS, MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from .file_utils import check_inside, consistent_read, recover_interrupted_save
-from .logging_utils import get_logger
+from ..constants import LEGACY_BLOCK_RECORDS, MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from ..file_utils import check_inside, consistent_read, recover_interrupted_save
+from ..logging_utils import get_logger
 
 if TYPE_CHECKING:
     from .configuration_realm import RealmConfig
@@ -81,7 +81,7 @@ def load_checkpoint_retriever(
         return CheckpointRetriever(
             load_retriever_for_model(model, retriever_dir, model_dir=path, verify_checksums=verify_checksums)
         )
-    from .retrieval.legacy import load_legacy_block_emb  # local import: retrieval pulls in faiss and datasets
+    from ..retrieval.legacy import load_legacy_block_emb  # local import: retrieval pulls in faiss and datasets
 
     block_emb = load_legacy_block_emb(path)
     if block_emb is not None:
@@ -100,12 +100,12 @@ def load_checkpoint_retriever(
 
 
 def _legacy_retriever(path: str, block_emb, allow_pickle: bool) -> CheckpointRetriever:
-    from .retrieval.legacy import pickle_allowed
+    from ..retrieval.legacy import pickle_allowed
 
     if os.path.exists(os.path.join(path, LEGACY_BLOCK_RECORDS)) and pickle_allowed(allow_pickle):
         from transformers import AutoTokenizer
 
-        from .retrieval_realm import RealmRetriever
+        from ..retrieval.retriever import RealmRetriever
         from .tokenization_realm import check_vocabulary
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -147,9 +147,9 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
     of the document embedder it trains, if any) and, given the `model_dir` the weights were loaded from, that those
     weights are the ones saved with it.
     """
-    from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
-    from .retrieval.sparse import attach_saved_sparse_index
-    from .retrieval_realm import RealmRetriever
+    from ..retrieval.retriever import RealmRetriever
+    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
+    from ..retrieval.sparse import attach_saved_sparse_index
 
     # One save: the model files checked are those of the manifest the retriever is then loaded with.
     with consistent_read(path):
@@ -205,7 +205,7 @@ def download_retriever(
     Args:
         repo_id (`str`): Repo id on the Hub.
         subfolder (`str`, *optional*, defaults to `"retriever"`): Folder of the retriever in the repo; `None` or `""`
-            for the repo root (a corpus pushed with [`~realm_hf.hub.push_corpus_to_hub`]).
+            for the repo root (a corpus pushed with [`~realm_hf.hub.repositories.push_corpus_to_hub`]).
         repo_type (`str`, *optional*): `"model"` (default) or `"dataset"`.
         revision (`str`, *optional*): Branch, tag or commit.
         cache_dir, token, local_files_only: As in `huggingface_hub.snapshot_download`.
@@ -348,7 +348,7 @@ def load_referenced_retriever(
             f"{repo_id!r}): a model may not make realm-hf read another corpus on this machine, outside it, without "
             "your say (a downloaded repo may not make realm-hf read outside it). If you trust that path, load it "
             f"yourself: `{type(model).__name__}.from_pretrained(model, retriever=RealmRetriever.from_pretrained(path))`,"
-            " or `realm_hf.hub.load_referenced_retriever(model)`; or remove the reference (`set_retriever_reference("
+            " or `realm_hf.hub.repositories.load_referenced_retriever(model)`; or remove the reference (`set_retriever_reference("
             "model.config, None)`) and save the model with its corpus in its `retriever/` folder."
         )
     if os.path.isdir(repo_id):
@@ -365,7 +365,7 @@ def load_referenced_retriever(
     if local is None:
         raise OSError(
             f"The model config references the retriever repo {repo_id!r}, but it holds no "
-            f"{MANIFEST_NAME} (subfolder {subfolder!r}). Push one with `realm_hf.hub.push_corpus_to_hub`."
+            f"{MANIFEST_NAME} (subfolder {subfolder!r}). Push one with `realm_hf.hub.repositories.push_corpus_to_hub`."
         )
     return load_retriever_for_model(model, local)
 
@@ -387,7 +387,7 @@ def _check_weights_of_repo(retriever_dir: str, repo_id: str, revision: str | Non
     Refuse a repo whose weights are not the ones its `retriever/` folder was saved with. The weights transformers
     fetched for the same commit sit in the same cache snapshot, one level up.
     """
-    from .retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
+    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
 
     try:
         check_model_files(retriever_dir, os.path.dirname(os.path.normpath(retriever_dir)), verify_checksums)

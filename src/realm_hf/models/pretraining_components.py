@@ -6,8 +6,8 @@ import json
 import os
 from typing import Self
 
+from ..logging_utils import get_logger
 from .configuration_realm import RealmConfig
-from .logging_utils import get_logger
 from .modeling_embedder import RealmEmbedder, RealmScorer
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder
 
@@ -104,7 +104,7 @@ class RealmPreTrainingCheckpointsMixin:
         that builds the index), with a warning. The embedders' `retriever_pooling` becomes the ICT model's, since
         the weights were trained with it.
         """
-        from .training.ict import RealmForInverseClozeTask  # deferred: training builds on the models
+        from ..training.ict import RealmForInverseClozeTask  # deferred: training builds on the models
 
         if isinstance(ict_model_or_path, (str, os.PathLike)):
             path = str(ict_model_or_path)

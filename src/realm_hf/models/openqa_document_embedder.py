@@ -10,8 +10,8 @@ import copy
 
 import torch
 
+from ..retrieval.encoding import tokenize_blocks
 from .modeling_embedder import RealmEmbedder
-from .retrieval.encoding import tokenize_blocks
 
 
 class RealmOpenQADocumentEmbedderMixin:

@@ -140,7 +140,7 @@ def best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_t
     The `top_k` best spans across the read blocks of one question (a [`read_results`] entry, or the pipeline's
     `context` windows in the same form), with distinct texts, best first, each at most `max_answer_len` wordpieces;
     widened to whole words with `align_to_words` (which needs character offsets: a fast tokenizer). Each is an
-    [`~realm_hf.provenance.answer_record`]; fewer than `top_k` when the blocks hold fewer, none when every span is
+    [`~realm_hf.models.provenance.answer_record`]; fewer than `top_k` when the blocks hold fewer, none when every span is
     masked.
     """
     logits = result["logits"]  # [num_blocks, num_candidates]

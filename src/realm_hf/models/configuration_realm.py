@@ -77,7 +77,7 @@ class RealmConfig(PreTrainedConfig):
             [`RealmForOpenQA`] training only: the retriever's loss. `"marginal"` is REALM's (-log of the retrieval
             probability of the searcher-beam blocks that hold an answer); `"emdr2"` (Sachan et al., 2021),
             `"perplexity_distillation"` and `"attention_distillation"` (Izacard et al., 2022, Atlas) take their target
-            from the reader over the blocks it reads (`realm_hf.retriever_losses`, docs/training.md). Attention
+            from the reader over the blocks it reads (`realm_hf.models.retriever_losses`, docs/training.md). Attention
             distillation needs the reader's attention probabilities: eager attention
             (`model.set_attn_implementation("eager")`).
         retriever_loss_temperature (`float`, *optional*, defaults to 1.0):
@@ -247,14 +247,14 @@ class RealmConfig(PreTrainedConfig):
         [`realm_hf.file_utils.consistent_read`]): an interrupted save is completed, a save in progress waited for,
         and a `config.json` that is a link leading out of the directory is refused.
         """
-        from .file_utils import consistent_read  # local import: the config module imports nothing of realm-hf
+        from ..file_utils import consistent_read  # local import: the config module imports nothing of realm-hf
 
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
             config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         model_type = config_dict.get("model_type")
         if model_type is not None and model_type != cls.model_type:
             hint = (
-                " To start REALM from BERT-family weights, use `realm_hf.initialization.init_from_bert(RealmForOpenQA, "
+                " To start REALM from BERT-family weights, use `realm_hf.models.initialization.init_from_bert(RealmForOpenQA, "
                 f"{str(pretrained_model_name_or_path)!r})` (or the REALM class you need)."
                 if model_type in _BERT_FAMILY
                 else ""

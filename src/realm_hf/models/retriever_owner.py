@@ -6,8 +6,8 @@ weights): attaching it, requiring it, and loading, saving and pushing it with th
 
 from __future__ import annotations
 
-from .file_utils import consistent_read
-from .logging_utils import get_logger
+from ..file_utils import consistent_read
+from ..logging_utils import get_logger
 from .retriever_loading import HUB_KWARGS, check_retriever_dim, load_checkpoint_retriever
 
 logger = get_logger(__name__)
@@ -25,7 +25,7 @@ class RetrieverOwnerMixin:
       [`~RetrieverOwnerMixin.require_retriever`] returns it or says how to attach one.
     - [`~RetrieverOwnerMixin.from_pretrained`] loads the weights and the corpus saved with them, wherever they are
       (a local `retriever/` folder, a Hub repo's, a legacy `block_emb`, the corpus repo the config references: see
-      [`realm_hf.retriever_loading.load_checkpoint_retriever`]).
+      [`realm_hf.models.retriever_loading.load_checkpoint_retriever`]).
     - [`~RetrieverOwnerMixin.save_pretrained`] saves weights and corpus in one all-or-nothing swap;
       [`~RetrieverOwnerMixin.push_to_hub`] uploads both with realm-hf's model card.
     """
@@ -76,7 +76,7 @@ class RetrieverOwnerMixin:
     ):
         r"""
         Load the model and, unless `retriever` is given or `load_retriever=False`, the knowledge corpus saved with it:
-        from a local directory or a Hub repo id alike (see [`realm_hf.retriever_loading.load_checkpoint_retriever`]).
+        from a local directory or a Hub repo id alike (see [`realm_hf.models.retriever_loading.load_checkpoint_retriever`]).
 
         Besides the usual [`~transformers.PreTrainedModel.from_pretrained`] arguments:
 
@@ -159,10 +159,10 @@ class RetrieverOwnerMixin:
         r"""
         Push weights, config, tokenizer, the corpus + FAISS index (`retriever/`) and realm-hf's model card to one Hub
         repo, which `from_pretrained(repo_id)` loads back whole. transformers' own `push_to_hub` would replace the card
-        with a generic one and cannot upload the nested corpus folder. See [`realm_hf.hub.push_to_hub`] for the
+        with a generic one and cannot upload the nested corpus folder. See [`realm_hf.hub.repositories.push_to_hub`] for the
         arguments (e.g. `tokenizer=`, `private=`, `revision=`, `save_retriever=`).
         """
-        from .hub import push_to_hub  # local import: the publishing code is needed only to push
+        from ..hub.repositories import push_to_hub  # local import: the publishing code is needed only to push
 
         return push_to_hub(self, repo_id, **kwargs)
 

@@ -13,9 +13,9 @@ from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text
 from ..logging_utils import get_logger
-from .handwritten import merge_metadata, parse_card, restore_handwritten
-from .metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
-from .sections import (
+from .card_handwritten import merge_metadata, parse_card, restore_handwritten
+from .card_metadata import as_list, corpus_card_data, model_card_data, normalize_eval_results
+from .card_sections import (
     DESCRIPTION_ONE_REPO,
     corpus_info,
     corpus_section,
@@ -25,7 +25,7 @@ from .sections import (
     usage_section,
     versions_section,
 )
-from .tasks import ICT, OPEN_QA, card_task
+from .card_tasks import ICT, OPEN_QA, card_task
 
 logger = get_logger(__name__)
 
@@ -173,7 +173,7 @@ def write_model_card(save_directory: str | os.PathLike, model=None, retriever=No
     Write `README.md` in `save_directory` (atomically), keeping the hand-written parts of the README already there.
 
     Meant to be called at the end of `RealmForOpenQA.save_pretrained`:
-    `realm_hf.modelcard.write_model_card(save_directory, model=self, retriever=self.retriever)`.
+    `realm_hf.hub.cards.write_model_card(save_directory, model=self, retriever=self.retriever)`.
 
     Args:
         save_directory (`str` or `os.PathLike`): The model directory.
@@ -207,7 +207,7 @@ def generate_corpus_card(
     manifest: Mapping | None = None,
 ) -> str:
     r"""
-    Render the dataset card of a corpus + index pushed with [`~realm_hf.hub.push_corpus_to_hub`].
+    Render the dataset card of a corpus + index pushed with [`~realm_hf.hub.repositories.push_corpus_to_hub`].
 
     Args:
         retriever ([`RealmRetriever`]): The corpus.
@@ -233,7 +233,7 @@ def generate_corpus_card(
         "`RealmForOpenQA.from_pretrained`):\n\n"
         "```python\n"
         "from realm_hf import RealmForOpenQA\n"
-        "from realm_hf.hub import set_retriever_reference\n\n"
+        "from realm_hf.hub.repositories import set_retriever_reference\n\n"
         'model = RealmForOpenQA.from_pretrained("path/or/repo-of-a-realm-model")\n'
         f'set_retriever_reference(model.config, "{repo_id}"'
         + (f', subfolder="{subfolder}"' if subfolder else "")
@@ -242,8 +242,8 @@ def generate_corpus_card(
         "```\n\n"
         "or load it directly:\n\n"
         "```python\n"
-        "from realm_hf.hub import download_retriever\n"
-        "from realm_hf.retrieval_realm import RealmRetriever\n\n"
+        "from realm_hf.hub.repositories import download_retriever\n"
+        "from realm_hf import RealmRetriever\n\n"
         f'retriever = RealmRetriever.from_pretrained(download_retriever("{repo_id}", subfolder="{subfolder}", '
         'repo_type="dataset"))\n'
         "```"

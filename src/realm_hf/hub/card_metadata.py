@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from huggingface_hub import DatasetCardData, EvalResult, ModelCardData
 
-from .tasks import OPEN_QA, CardTask
+from .card_tasks import OPEN_QA, CardTask
 
 DEFAULT_TAGS = list(OPEN_QA.tags)
 CORPUS_TAGS = ["realm", "retrieval", "faiss", "knowledge-corpus"]
