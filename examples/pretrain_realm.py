@@ -302,7 +302,7 @@ def main(argv=None) -> int:
     from realm_hf.models.initialization import init_from_bert
     from realm_hf.models.modeling_pretraining import RealmForPreTraining
     from realm_hf.retrieval.chunking import split_documents
-    from realm_hf.training.ict import RealmForInverseClozeTask
+    from realm_hf.training import RealmForInverseClozeTask
     from realm_hf.training.recipes import seed_everything
 
     # Before the models are built (fresh projections and heads): python, numpy and torch.

@@ -11,7 +11,7 @@ from test_pipeline import QUESTIONS, build_tiny_model, save_tiny_model
 
 import realm_hf
 from realm_hf import RealmEmbedder, RealmForOpenQA, RealmForPreTraining, RealmScorer
-from realm_hf.training.ict import RealmForInverseClozeTask
+from realm_hf.models.modeling_ict import RealmForInverseClozeTask
 from realm_hf.training.lora import lora_target_regex
 
 

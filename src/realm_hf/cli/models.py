@@ -81,7 +81,7 @@ def embedder_from_dir(path: str):
 
         return load_without_retriever(RealmForPreTraining, path).index_embedder, "document embedder"
     if found == "RealmForInverseClozeTask":
-        from ..training.ict import RealmForInverseClozeTask  # deferred: see load_openqa
+        from ..models.modeling_ict import RealmForInverseClozeTask  # deferred: see load_openqa
 
         return RealmForInverseClozeTask.from_pretrained(path).index_embedder, "ICT document embedder"
     raise CLIError(f"{path} holds a {found}, which has no embedder to build an index with.")

@@ -7,4 +7,5 @@ The REALM models, one module per job (import the classes from `realm_hf`; nothin
 - `modeling_openqa` ([`RealmForOpenQA`]) with its parts: `openqa_search`, `openqa_document_embedder`, `openqa_answers`,
   `reader_inputs`, `retriever_losses`, `provenance` (the answer schema), `retriever_loading`
 - `modeling_pretraining` ([`RealmForPreTraining`]) with `pretraining_inputs` and `pretraining_components`
+- `modeling_ict` ([`RealmForInverseClozeTask`], the embedders' warm start; its collator and Trainer are in `training/`)
 """

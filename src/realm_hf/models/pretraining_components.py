@@ -9,6 +9,7 @@ from typing import Self
 from ..logging_utils import get_logger
 from .configuration_realm import RealmConfig
 from .modeling_embedder import RealmEmbedder, RealmScorer
+from .modeling_ict import RealmForInverseClozeTask
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder
 
 logger = get_logger(__name__)
@@ -104,7 +105,6 @@ class RealmPreTrainingCheckpointsMixin:
         that builds the index), with a warning. The embedders' `retriever_pooling` becomes the ICT model's, since
         the weights were trained with it.
         """
-        from ..training.ict import RealmForInverseClozeTask  # deferred: training builds on the models
 
         if isinstance(ict_model_or_path, (str, os.PathLike)):
             path = str(ict_model_or_path)
