@@ -443,7 +443,7 @@ def pretraining_start(args, ctx, seed: int):
 
     from realm_hf.models.initialization import init_from_bert
     from realm_hf.models.modeling_pretraining import RealmForPreTraining
-    from realm_hf.training.ict import RealmForInverseClozeTask
+    from realm_hf.training import RealmForInverseClozeTask
 
     t = time.perf_counter()
     warm_dir = mlm_warmup(args, ctx, seed)

@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     from realm_hf.models.initialization import init_from_bert
     from realm_hf.models.modeling_pretraining import RealmForPreTraining
     from realm_hf.retrieval.chunking import split_documents
-    from realm_hf.training.ict import RealmForInverseClozeTask
+    from realm_hf.training import RealmForInverseClozeTask
 
     started = time.perf_counter()
     scratch = args.output or tempfile.mkdtemp(prefix="realm-pretrain-bench-")

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmTokenizer
+from realm_hf.models.modeling_ict import RealmForInverseClozeTask
 from realm_hf.models.modeling_pretraining import RealmForPreTraining
-from realm_hf.training.ict import DataCollatorForInverseClozeTask, RealmForInverseClozeTask, split_sentences
+from realm_hf.training.ict import DataCollatorForInverseClozeTask, split_sentences
 
 LEGACY = os.path.join(os.path.dirname(__file__), "fixtures", "legacy")
 
