@@ -215,6 +215,17 @@ def evaluate_openqa(
     return metrics
 
 
+def keep_data_columns(trainer, columns) -> None:
+    """
+    Keep `columns` (and the length column of `train_sampling_strategy="group_by_length"`) among the dataset columns
+    a [`~transformers.Trainer`] passes on: realm-hf's collators read raw columns (questions, answers, contexts) that
+    the stock Trainer would drop as unknown to the model's `forward`. Call it from `_set_signature_columns_if_needed`.
+    """
+    for column in (*columns, trainer.args.length_column_name):
+        if column not in trainer._signature_columns:
+            trainer._signature_columns.append(column)
+
+
 def mark_reader_trained(model) -> bool:
     """
     Record in the config of `model` (a [`RealmForOpenQA`], possibly inside DDP / Accelerate / PEFT wrappers) that its
@@ -285,13 +296,9 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
         collator = self.data_collator
-        for column in (
-            getattr(collator, "question_column", "question"),
-            getattr(collator, "answers_column", "answers"),
-            self.args.length_column_name,  # for train_sampling_strategy="group_by_length"
-        ):
-            if column not in self._signature_columns:
-                self._signature_columns.append(column)
+        keep_data_columns(
+            self, (getattr(collator, "question_column", "question"), getattr(collator, "answers_column", "answers"))
+        )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         eval_dataset = eval_dataset if eval_dataset is not None else self.eval_dataset

@@ -24,6 +24,7 @@ from ..models.reader_inputs import build_reader_inputs, tokenize_answers
 from ..sentences import sentence_spans
 from .checkpoint_state import RealmCheckpointMixin
 from .masking import salient_spans
+from .openqa import keep_data_columns
 
 __all__ = [
     "DataCollatorForReaderWarmup",
@@ -198,7 +199,4 @@ class RealmReaderTrainer(RealmCheckpointMixin, Trainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        # The length column feeds `train_sampling_strategy="group_by_length"` (less padding per batch).
-        for column in ("question", "context", "answers", self.args.length_column_name):
-            if column not in self._signature_columns:
-                self._signature_columns.append(column)
+        keep_data_columns(self, ("question", "context", "answers"))

@@ -16,6 +16,7 @@ from transformers import Trainer
 from ..models.modeling_reader import _marginal_log_loss
 from ..models.reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
 from .checkpoint_state import RealmCheckpointMixin
+from .openqa import keep_data_columns
 
 __all__ = ["RealmRetrieverTrainer", "retrieval_loss"]
 
@@ -72,10 +73,7 @@ class RealmRetrieverTrainer(RealmCheckpointMixin, Trainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        # The length column feeds `train_sampling_strategy="group_by_length"` (less padding per batch).
-        for column in ("question", "answers", self.args.length_column_name):
-            if column not in self._signature_columns:
-                self._signature_columns.append(column)
+        keep_data_columns(self, ("question", "answers"))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, has_answer = retrieval_loss(
