@@ -653,7 +653,7 @@ def test_train_runs_the_warmups_before_fine_tuning(converted, tmp_path, capsys):
     warmups += ["--set", "reader_warmup.max_steps=2", "--set", "reader_warmup.learning_rate=0.01"]
     warmups += ["--set", "retriever_warmup.train_sampling_strategy=group_by_length"]
     warmups += ["--set", "reader_warmup.train_sampling_strategy=group_by_length"]
-    warmups += ["--set", "reader_warmup.keep_sentence=false"]
+    warmups += ["--set", "reader_warmup.keep_sentence=false", "--set", "reader_warmup.negatives=1"]
     warmups += ["--set", "training_args.learning_rate=0"]  # so only the warm-ups move the weights
     assert run(*base, *warmups) == 0
     before, after = RealmForOpenQA.from_pretrained(converted), RealmForOpenQA.from_pretrained(output)

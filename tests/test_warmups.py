@@ -16,6 +16,7 @@ from realm_hf.metrics import has_answer, normalize_answer
 from realm_hf.training.reader_warmup import (
     BLANK,
     DataCollatorForReaderWarmup,
+    add_retrieved_negatives,
     blank_to_question,
     make_cloze_reading_examples,
     make_gold_block_examples,
@@ -326,3 +327,96 @@ def test_open_qa_fine_tuning_takes_length_grouped_batches_too(tmp_path):
     trainer = openqa_trainer(model, args, questions)
     assert "length" in trainer.train_dataset.column_names
     assert [batch["input_ids"].shape[0] for batch in trainer.get_train_dataloader()] == [2, 2]
+
+
+def _retriever_over_blocks(model):
+    from realm_hf import RealmRetriever
+
+    blocks = BLOCKS[:2] + [
+        {"doc_id": 4, "text": "The Sarrow Sea is shallow and cold. Its fishermen sail from Port Estrel in spring."},
+        {"doc_id": 5, "text": "Tomas Rinn taught architecture in Caldera for forty years."},
+    ]
+    retriever = RealmRetriever.from_documents(
+        blocks, model.embedder, model.retriever.tokenizer, max_block_length=48, show_progress=False
+    )
+    model.set_retriever(retriever)
+    return retriever
+
+
+def test_retrieved_negatives_are_the_best_scored_blocks_other_than_the_context():
+    model = tiny_model()
+    retriever = _retriever_over_blocks(model)
+    texts = retriever.corpus["text"]
+    examples = [
+        {"question": "who designed the torre alba lighthouse?", "context": texts[1], "answers": ["Mirela Costa"]},
+        {"question": "when was port estrel founded?", "context": texts[0], "answers": ["1642"]},
+    ]
+    with_negatives = add_retrieved_negatives(model, examples, num_negatives=2)
+    # Ranked by hand: inner products of the question embeddings with every stored block embedding.
+    tokenizer = retriever.tokenizer
+    embeddings = retriever.get_block_embeddings(retriever.block_ids)
+    for example, result in zip(examples, with_negatives):
+        encoded = tokenizer([example["question"]], return_tensors="pt")
+        with torch.no_grad():
+            query = model.eval().embed_questions(**encoded)[0]
+        order = torch.argsort(embeddings @ query, descending=True).tolist()
+        expected = [texts[i] for i in order if texts[i] != example["context"]][:2]
+        assert result["negatives"] == expected
+        assert {k: result[k] for k in example} == example  # the example itself is unchanged
+    assert "negatives" not in examples[0]  # the caller's examples are not modified
+
+
+def test_retrieved_negatives_refuse_bad_counts():
+    model = tiny_model()
+    _retriever_over_blocks(model)
+    example = {"question": "who taught in caldera?", "context": "x", "answers": ["Tomas Rinn"]}
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="num_negatives"):
+            add_retrieved_negatives(model, [example], num_negatives=bad)
+    with pytest.raises(ValueError, match="too few"):
+        add_retrieved_negatives(model, [example], num_negatives=4)
+
+
+def test_negatives_are_read_in_one_beam_and_the_span_loss_is_normalised_over_all_blocks():
+    model = tiny_model()
+    tokenizer = model.retriever.tokenizer
+    collator = DataCollatorForReaderWarmup(tokenizer, max_length=48)
+    example = {
+        "question": "what is the capital of france?",
+        "context": "paris is the capital of france.",
+        "answers": ["paris"],
+        "negatives": ["berlin is the capital of germany.", "rome is in italy, not in france."],
+    }
+    batch = collator([example, dict(example, question="which city is the capital of france?")])
+    assert batch["input_ids"].shape[:2] == (2, 3) and batch["relevance_score"].shape == (2, 3)
+    assert batch["has_answers"].tolist() == [[True, False, False]] * 2
+    with torch.no_grad():
+        out = model.reader.eval()(**batch)
+    logits, correct = out.reader_logits.reshape(2, -1), out.reader_correct.reshape(2, -1)
+    assert correct[:, logits.shape[1] // 3 :].sum() == 0  # only spans of the context block are right
+    expected = -(torch.logsumexp(logits.masked_fill(~correct, -torch.inf), -1) - torch.logsumexp(logits, -1))
+    torch.testing.assert_close(out.reader_loss, expected)
+    # The negatives' spans enlarge the normaliser: the loss is higher than reading the context alone.
+    alone = model.reader(**collator([{k: v for k, v in example.items() if k != "negatives"}]))
+    assert out.reader_loss[0] > alone.reader_loss[0]
+    with pytest.raises(ValueError, match="same number of `negatives`"):
+        collator([example, {k: v for k, v in example.items() if k != "negatives"}])
+
+
+def test_reader_warmup_examples_with_negatives_keep_one_pass_and_need_the_model():
+    model = tiny_model()
+    retriever = _retriever_over_blocks(model)
+    questions = [{"question": "who designed the lighthouse?", "answers": ["Mirela Costa"], "doc_id": 2}]
+    full = reader_warmup_examples(retriever, questions, cloze_per_block=None, question_share=0.0)
+    examples = reader_warmup_examples(
+        retriever, questions, cloze_per_block=None, question_share=0.0, negatives=1, model=model, max_examples=3
+    )
+    assert len(full) > 3 and len(examples) == 3
+    assert examples["question"] == full["question"][:3]  # the same shuffle, cut after it
+    for row in examples:
+        assert len(row["negatives"]) == 1 and row["negatives"][0] != row["context"]
+        assert row["negatives"][0] in retriever.corpus["text"]
+    with pytest.raises(ValueError, match="pass `model`"):
+        reader_warmup_examples(retriever, questions, negatives=1)
+    with pytest.raises(ValueError, match="max_examples"):
+        reader_warmup_examples(retriever, questions, max_examples=0)

@@ -29,6 +29,7 @@ from .openqa import keep_data_columns
 __all__ = [
     "DataCollatorForReaderWarmup",
     "RealmReaderTrainer",
+    "add_retrieved_negatives",
     "blank_to_question",
     "make_cloze_reading_examples",
     "make_gold_block_examples",
@@ -153,6 +154,74 @@ def make_gold_block_examples(questions: Sequence[dict], blocks_by_doc: dict[Any,
     return examples
 
 
+def add_retrieved_negatives(
+    model, examples: Sequence[dict], num_negatives: int = 1, batch_size: int = 64, show_progress: bool = False
+) -> list[dict]:
+    """
+    Give each reading example `num_negatives` blocks that the model's own retriever ranks highest for its question
+    but that are not its context: the blocks the reader will meet beside the right one at answer time. Read together
+    ([`DataCollatorForReaderWarmup`] reads `[context] + negatives` as one reader beam), the span loss is normalised
+    over the spans of all of them, as in REALM's Open-QA loss, so the reader learns which block answers, not only
+    where the answer sits in a block known to hold it. A negative that holds an answer string counts as a right
+    block, as in Open-QA fine-tuning.
+
+    Args:
+        model ([`RealmForOpenQA`]): Embeds the questions (`embed_questions`, no gradient) and searches its retriever.
+        examples (`Sequence[dict]`): `question`, `context` and `answers` per example (e.g. [`reader_warmup_examples`]).
+        num_negatives (`int`, *optional*, defaults to 1): Retrieved blocks added per example.
+        batch_size (`int`, *optional*, defaults to 64): Questions embedded and searched per call.
+        show_progress (`bool`, *optional*, defaults to `False`): Show a progress bar.
+
+    Returns:
+        `list[dict]`: The examples with a `negatives` list of `num_negatives` block texts each.
+    """
+    from ..progress import progress_bar
+
+    if int(num_negatives) != num_negatives or num_negatives < 1:
+        raise ValueError(f"`num_negatives` must be a positive integer, got {num_negatives!r}.")
+    num_negatives = int(num_negatives)
+    retriever = model.require_retriever()
+    if retriever.num_blocks <= num_negatives:
+        raise ValueError(
+            f"The corpus has {retriever.num_blocks} blocks: too few for {num_negatives} negatives besides the context "
+            "block. Use fewer negatives or a larger corpus."
+        )
+    tokenizer = retriever.tokenizer
+    max_positions = getattr(model.config, "max_position_embeddings", None) or 66
+    # One spare per negative: the context block itself, and a duplicate text, may be among the top blocks.
+    k = min(retriever.num_blocks, 2 * num_negatives + 1)
+    examples = [dict(example) for example in examples]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            starts = range(0, len(examples), batch_size)
+            for begin in progress_bar(starts, desc="Retrieving negatives", disable=not show_progress):
+                batch = examples[begin : begin + batch_size]
+                encoded = tokenizer(
+                    [e["question"] for e in batch],
+                    padding=True,
+                    truncation=True,
+                    max_length=min(64, max_positions),
+                    return_tensors="pt",
+                )
+                device = next(model.parameters()).device
+                queries = model.embed_questions(**{key: value.to(device) for key, value in encoded.items()})
+                found = retriever.search(queries, k=k, questions=[e["question"] for e in batch])
+                for example, blocks in zip(batch, found.blocks):
+                    texts = [block["text"] for block in blocks if block["text"].strip() != example["context"].strip()]
+                    texts = list(dict.fromkeys(texts))[:num_negatives]
+                    if len(texts) < num_negatives:
+                        raise ValueError(
+                            f"Found only {len(texts)} distinct blocks besides the context of {example['question']!r}; "
+                            f"the corpus repeats its texts. Use fewer negatives."
+                        )
+                    example["negatives"] = texts
+    finally:
+        model.train(was_training)
+    return examples
+
+
 @dataclass
 class DataCollatorForReaderWarmup:
     """
@@ -171,10 +240,14 @@ class DataCollatorForReaderWarmup:
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         questions = [e["question"] for e in examples]
         answers = [[e["answers"]] if isinstance(e["answers"], str) else list(e["answers"]) for e in examples]
+        # Retrieved negatives ([`add_retrieved_negatives`]) are read beside the context as one beam.
+        contexts = [[e["context"], *(e.get("negatives") or ())] for e in examples]
+        if len({len(c) for c in contexts}) > 1:
+            raise ValueError("Every example of a batch must carry the same number of `negatives`.")
         inputs = build_reader_inputs(
             self.tokenizer,
             questions,
-            [[e["context"]] for e in examples],
+            contexts,
             answer_ids=tokenize_answers(self.tokenizer, answers),
             max_length=self.max_length,
         )
@@ -186,7 +259,8 @@ class DataCollatorForReaderWarmup:
             "start_positions": inputs.start_positions,
             "end_positions": inputs.end_positions,
             "has_answers": inputs.has_answers,
-            "relevance_score": torch.zeros(len(examples), 1),
+            # No retrieval prior: the reader alone must tell the right block from the negatives.
+            "relevance_score": torch.zeros(len(examples), len(contexts[0]) if contexts else 1),
         }
 
 

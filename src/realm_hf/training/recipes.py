@@ -16,6 +16,7 @@ from .pretraining import RealmPreTrainingTrainer
 from .reader_warmup import (
     DataCollatorForReaderWarmup,
     RealmReaderTrainer,
+    add_retrieved_negatives,
     make_cloze_reading_examples,
     make_gold_block_examples,
 )
@@ -206,6 +207,9 @@ def reader_warmup_examples(
     question_share: float = 0.5,
     seed: int = 0,
     keep_sentence: bool = True,
+    negatives: int = 0,
+    model=None,
+    max_examples: int | None = None,
 ) -> datasets.Dataset:
     """
     The reader warm-up's data from a retriever's own corpus: salient-span cloze questions of its blocks, each read
@@ -224,6 +228,13 @@ def reader_warmup_examples(
         seed (`int`, *optional*, defaults to 0)
         keep_sentence (`bool`, *optional*, defaults to `True`): Whether a cloze question's context keeps the sentence
             it was cut from (`False`: the rest of the block, which must still hold the answer).
+        negatives (`int`, *optional*, defaults to 0): Blocks the model's retriever ranks highest for each question
+            besides its context, read with it as one beam ([`add_retrieved_negatives`]); needs `model`. On the
+            Wikipedia demo, at the same number of (question, block) pairs read, one or two negatives scored lower
+            than none (fewer questions seen), so the default is none.
+        model ([`RealmForOpenQA`], *optional*): Ranks the negatives (its question embedder and `retriever`).
+        max_examples (`int`, *optional*): Keep this many examples after the shuffle (e.g. `max_steps` x batch size,
+            what one pass reads), so that negatives are searched only for those.
 
     Returns:
         `datasets.Dataset` with `question`, `context` and `answers`.
@@ -256,6 +267,17 @@ def reader_warmup_examples(
             "question's document holds its answer. Give questions with a `doc_id`, or a corpus of prose."
         )
     random.Random(seed).shuffle(examples)
+    if max_examples is not None:
+        if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+            raise ValueError(f"`max_examples` must be a positive integer, got {max_examples!r}.")
+        examples = examples[:max_examples]
+    if negatives:
+        if model is None:
+            raise ValueError(
+                "`negatives` are ranked by a model's question embedder: pass `model` (the RealmForOpenQA whose "
+                "reader warms up)."
+            )
+        examples = add_retrieved_negatives(model, examples, num_negatives=negatives)
     return datasets.Dataset.from_list(examples)
 
 

@@ -219,7 +219,7 @@ _WARMUP_ARGS = (
     "weight_decay",
     "train_sampling_strategy",
 )
-_READER_WARMUP_DATA = ("cloze_per_block", "question_share", "keep_sentence")
+_READER_WARMUP_DATA = ("cloze_per_block", "question_share", "keep_sentence", "negatives")
 
 
 def _warmups(model, config: dict, train_dataset) -> None:
@@ -272,6 +272,12 @@ def _warmups(model, config: dict, train_dataset) -> None:
                 for q, a, d in zip(train_dataset["question"], train_dataset["answers"], train_dataset["doc_id"])
             ]
         try:
+            if data_options.get("negatives"):
+                # Negatives are searched only for the examples one pass of the warm-up reads.
+                data_options.update(
+                    model=model,
+                    max_examples=args.max_steps * args.per_device_train_batch_size * args.gradient_accumulation_steps,
+                )
             examples = reader_warmup_examples(model.retriever, questions, seed=resolve_seed(config), **data_options)
         except ValueError as err:
             raise CLIError(f"reader_warmup: {err}") from err
