@@ -6,7 +6,7 @@ This module lives outside the `realm_hf` package on purpose. `import realm_hf` r
 transformers' Auto classes, which needs the model classes and so torch and transformers (about 6 s to import on 2
 cores); Python runs a package's `__init__` before any of its modules, so a parser inside `realm_hf` could not print
 `--help` without them. Here nothing heavy is imported until a command runs: `realm-hf <command> --help`, `--version`
-and usage errors answer at once. The commands themselves live in [`realm_hf.cli`] (`realm_hf/cli/running.py` runs
+and usage errors answer at once. The commands themselves live in [`realm_hf.cli`] (`realm_hf/cli/common.py` runs
 them); `python -m realm_hf.cli` and `realm_hf.cli.main(argv)` call this same parser.
 """
 
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_ERROR
     # Deferred until a command runs: importing realm_hf loads torch and transformers (see the module docstring).
-    from realm_hf.cli.running import run_command
+    from realm_hf.cli.common import run_command
 
     return run_command(args)
 

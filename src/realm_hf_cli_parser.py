@@ -2,7 +2,7 @@
 The `realm-hf` argument parser and the rules the commands share with it (exit statuses, training-config keys, what
 reads as a Hub repo id): light, imported by the console script [`realm_hf_cli`] before anything heavy and by the
 commands in [`realm_hf.cli`]. A module of its own so that the package's CLI imports these without importing the entry
-point that runs it (`realm_hf_cli` imports `realm_hf.cli.running`): no import cycle.
+point that runs it (`realm_hf_cli` imports `realm_hf.cli.common`): no import cycle.
 """
 
 from __future__ import annotations

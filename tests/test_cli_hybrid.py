@@ -14,8 +14,8 @@ import torch
 from test_cli import DOCUMENTS, converted, run  # noqa: F401 - the converted-model fixture
 
 from realm_hf import RealmForOpenQA
-from realm_hf.cli.commands.index import split_index_spec
 from realm_hf.cli.common import CLIError
+from realm_hf.cli.index import split_index_spec
 from realm_hf.retrieval.sparse import HybridRealmRetriever
 
 pytest.importorskip("bm25s")

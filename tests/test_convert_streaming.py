@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm_hf.retrieval import legacy_records
+from realm_hf.retrieval import legacy
 from realm_hf.retrieval.conversion import convert_legacy_checkpoint, write_flat_index, write_legacy_retriever
 from realm_hf.retrieval.index import new_index
 from realm_hf.retrieval.retriever import RealmRetriever
@@ -134,7 +134,7 @@ def test_records_are_streamed_without_unpickling(tmp_path, monkeypatch):
     monkeypatch.setattr(np, "load", refuse)
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
-    chunks = list(legacy_records.iter_record_chunks(str(tmp_path / "legacy" / "block_records.npy"), chunk_rows=64))
+    chunks = list(legacy.iter_record_chunks(str(tmp_path / "legacy" / "block_records.npy"), chunk_rows=64))
     assert [len(c) for c in chunks] == [64] * 4 + [44]
     assert sum((c.to_pylist() for c in chunks), []) == [t.decode() for t in texts(300)]
 

@@ -332,7 +332,7 @@ def _replace_output_in_child(output, source, kill_after):
     """Fork a child that replaces `output` by a copy of `source` as the CLI does, SIGKILLed before operation N."""
     import signal
 
-    from realm_hf.cli.outputs import atomic_output_dir
+    from realm_hf.cli.common import atomic_output_dir
 
     read, write = os.pipe()
     pid = os.fork()
@@ -383,7 +383,7 @@ def test_cli_output_killed_at_every_step_of_its_swap_is_the_old_or_the_new_one(i
                 outcomes.append(len(RealmRetriever.from_pretrained(target)))
                 assert outcomes[-1] in (3, 5), n
             else:  # ...and so does the next run, before it judges OUT
-                from realm_hf.cli.outputs import atomic_output_dir
+                from realm_hf.cli.common import atomic_output_dir
 
                 before = {3: "old", 5: "new"}
                 with atomic_output_dir(str(target), overwrite=True) as folder:

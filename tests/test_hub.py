@@ -44,7 +44,7 @@ from test_pipeline import DOCS, QUESTIONS, assert_same_answers, build_tiny_model
 
 import realm_hf
 from realm_hf import RealmForOpenQA
-from realm_hf.hub.card_handwritten import parse_card_metadata
+from realm_hf.hub.cards import parse_card_metadata
 from realm_hf.hub.repositories import (
     download_retriever,
     load_referenced_retriever,

@@ -256,7 +256,7 @@ def _rewrite_corpus(directory, change):
     import datasets
 
     from realm_hf.constants import MANIFEST_NAME
-    from realm_hf.retrieval.integrity import _record_files
+    from realm_hf.retrieval.serialization import _record_files
 
     corpus = change(datasets.load_from_disk(str(directory / "corpus")))
     corpus.save_to_disk(str(directory / "new_corpus"))

@@ -10,13 +10,15 @@ import pytest
 import yaml
 from test_pipeline import DOCS, build_tiny_model, save_tiny_model
 
-from realm_hf.hub.card_handwritten import AUTO_END, AUTO_START, parse_card_metadata
-from realm_hf.hub.card_sections import corpus_info
+from realm_hf.hub.card_content import corpus_info
 from realm_hf.hub.cards import (
+    AUTO_END,
+    AUTO_START,
     USAGE_MODEL_PLACEHOLDER,
     extract_code_blocks,
     generate_corpus_card,
     generate_model_card,
+    parse_card_metadata,
     write_model_card,
 )
 

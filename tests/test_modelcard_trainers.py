@@ -12,7 +12,7 @@ from test_ict import tiny_config as ict_config
 from test_pretraining import LEGACY, embed_corpus, make_retriever, tiny_config
 
 from realm_hf import RealmTokenizer
-from realm_hf.hub.card_handwritten import AUTO_END, AUTO_START, parse_card_metadata
+from realm_hf.hub.cards import AUTO_END, AUTO_START, parse_card_metadata
 from realm_hf.models.modeling_pretraining import RealmForPreTraining
 from realm_hf.training import RealmForInverseClozeTask, RealmICTTrainer, RealmPreTrainingTrainer, recipes
 

@@ -1,18 +1,36 @@
-"""What every `realm-hf` command shares: the error type, status output and looking inside model directories."""
+"""
+What every `realm-hf` command shares: running a parsed command (its settings, its module, bad input turned into
+`error: ...` and status 2), the error type, status output, looking inside model directories, loading the models the
+commands run (the Open-QA model, the embedder that fills an index), and the directories the commands produce.
+
+The entry point, `main`, parses the arguments in the top-level `realm_hf_cli` module (without torch, with the parser of
+`realm_hf_cli_parser`) and calls [`run_command`] (`realm_hf.cli.main(argv)` is that entry point, re-exported by the
+package). No command module is named `main`: a submodule `realm_hf.cli.main`, once imported, would replace the
+package's `main` function with itself.
+
+The output directories (`index`, `convert`) are swapped in whole through realm-hf's one atomic-write path
+(`file_utils.replace_directory`, journaled: a killed `--overwrite` leaves the old or the new output); files go through
+`file_utils.atomic_write_text` directly.
+"""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import importlib
 import json
+import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
 from realm_hf_cli_parser import EXIT_ERROR, EXIT_OK, is_hub_id  # noqa: F401 (re-exported: statuses, the Hub id rule)
 
 from ..constants import RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from ..file_utils import recover_interrupted_save, replace_directory
 from ..logging_utils import get_logger
 
 logger = get_logger("realm_hf.cli")
@@ -177,3 +195,134 @@ def metrics_table(metrics: dict[str, float]) -> str:
     lines = [f"{'metric':<{width}}  {'value':>{value_width}}", f"{'-' * width}  {'-' * value_width}"]
     lines += [f"{name:<{width}}  {value:>{value_width}}" for name, value in rows]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output: str, overwrite: bool = False) -> Iterator[str]:
+    """
+    Yield a temporary directory; on success it replaces `output` in one journaled swap, on failure it is removed (see
+    [`realm_hf.file_utils.replace_directory`]: a run killed half-way through the swap leaves a journal that the next
+    run, or a load of `output`, completes). An existing non-empty `output` is refused unless `overwrite`, and is only
+    removed after the new one is in place.
+    """
+    output = os.path.abspath(output)
+    parent = os.path.dirname(output)
+    if os.path.isdir(parent):
+        # A run killed during its swap: `output` is the old or the new directory again before it is judged.
+        recover_interrupted_save(parent)
+    check_output_dir(output, overwrite)
+    with replace_directory(output) as folder:
+        yield folder
+
+
+def check_output_dir(output: str, overwrite: bool) -> None:
+    """Refuse a non-directory, or a non-empty directory without `overwrite`."""
+    if os.path.exists(output):
+        if not os.path.isdir(output):
+            raise CLIError(f"{output} exists and is not a directory.")
+        if os.listdir(output) and not overwrite:
+            raise CLIError(f"{output} already exists and is not empty; pass --overwrite to replace it.")
+
+
+def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None, need_retriever: bool = True):
+    """A `RealmForOpenQA` in eval mode on `device`, refusing a directory that holds another architecture."""
+    # deferred: the cli package imports nothing heavy at module level
+    from ..models.modeling_openqa import RealmForOpenQA
+
+    require_local_or_hub(path, "Model")
+    if os.path.isdir(path):
+        found = architecture_of(config_of(path))
+        if found and found != "RealmForOpenQA":
+            raise CLIError(f"{path} holds a {found}, not a RealmForOpenQA question-answering model.")
+    model = RealmForOpenQA.from_pretrained(path, allow_pickle=allow_pickle)
+    if need_retriever:
+        model.require_retriever()  # says what to do (convert, allow_pickle, attach a corpus) when there is none
+    model.to(default_device(device))
+    return model.eval()
+
+
+def load_without_retriever(model_class, path: str, **kwargs):
+    """
+    `model_class.from_pretrained(path)` without loading (or unpickling) the corpus saved with it: for commands that
+    need the weights only (an embedder to build an index with, a legacy checkpoint without block records).
+    """
+    return model_class.from_pretrained(path, load_retriever=False, **kwargs)
+
+
+# The REALM architectures whose embedder can fill an index ("" : a config that names none, read as an embedder).
+_EMBEDDER_ARCHITECTURES = (
+    "",
+    "RealmEmbedder",
+    "RealmScorer",
+    "RealmForOpenQA",
+    "RealmForPreTraining",
+    "RealmForInverseClozeTask",
+)
+
+
+def check_embedder_dir(path: str, what: str = "--model") -> None:
+    """
+    Refuse, from its `config.json` alone, a directory whose model cannot embed an index (another model type, such as
+    a BERT or MiniLM checkpoint, or a REALM class without an embedder): before any document is read.
+    """
+    config = config_of(path)
+    model_type = config.get("model_type")
+    if model_type not in (None, "realm"):
+        raise CLIError(
+            f"{what} {path} holds a `{model_type}` model, not a REALM one. Start a REALM model from it first, e.g. "
+            "`realm-hf train` with `init_from_bert` in the config, or `realm_hf.init_from_bert(RealmForOpenQA, "
+            f"{path!r})`, then save it and index with that directory."
+        )
+    found = architecture_of(config)
+    if found not in _EMBEDDER_ARCHITECTURES:
+        raise CLIError(f"{what} {path} holds a {found}, which has no embedder to build an index with.")
+
+
+def embedder_from_dir(path: str):
+    """The embedder that fills an index, from a REALM model directory: (embedder, description)."""
+    from ..models.modeling_embedder import RealmEmbedder, RealmScorer  # deferred: see load_openqa
+    from ..models.modeling_openqa import RealmForOpenQA
+
+    check_embedder_dir(path)
+    found = architecture_of(config_of(path))
+    if found == "RealmEmbedder" or not found:
+        return RealmEmbedder.from_pretrained(path), "embedder"
+    if found == "RealmScorer":
+        return RealmScorer.from_pretrained(path).embedder, "scorer's embedder"
+    if found == "RealmForOpenQA":
+        model = load_without_retriever(RealmForOpenQA, path)
+        what = "document embedder" if model.index_embedder is model.document_embedder else "question embedder"
+        return model.index_embedder, what
+    if found == "RealmForPreTraining":
+        from ..models.modeling_pretraining import RealmForPreTraining  # deferred: see load_openqa
+
+        return load_without_retriever(RealmForPreTraining, path).index_embedder, "document embedder"
+    if found == "RealmForInverseClozeTask":
+        from ..models.modeling_ict import RealmForInverseClozeTask  # deferred: see load_openqa
+
+        return RealmForInverseClozeTask.from_pretrained(path).index_embedder, "ICT document embedder"
+    raise CLIError(f"{path} holds a {found}, which has no embedder to build an index with.")
+
+
+def _command(name: str):
+    # Only the chosen command's module is imported: the others stay unread.
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the command `args.command` with the parsed `args`. Returns the exit status (0 on success, 2 on bad input)."""
+    State.quiet = bool(args.quiet)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    try:
+        with library_progress_bars(enabled=not State.quiet):
+            return _command(args.command).run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, KeyError, ImportError) as err:
+        if args.debug:
+            traceback.print_exc()
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_ERROR

@@ -3,6 +3,6 @@ realm-hf on the Hugging Face Hub (import the functions from their modules; nothi
 
 - `repositories`: publishing a model (and its corpus) and loading the retriever a repo references
 - `auto_map`: transformers' Auto classes pointed at realm-hf in saved directories
-- `cards` (generate and write model and corpus cards), `card_metadata`, `card_sections`, `card_tasks`,
-  `card_handwritten` (keeping what people wrote), `trainer_cards` (the Trainers' `create_model_card`)
+- `cards` (generate and write model and corpus cards, keeping what people wrote), `card_content` (what the cards say:
+  per-task text, metadata, Markdown sections), `trainer_cards` (the Trainers' `create_model_card`)
 """

@@ -108,7 +108,7 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         if not self.is_world_process_zero():
             return
         # Local imports: the card code is needed only when a card is written.
-        from .card_metadata import as_list
+        from .card_content import as_list
         from .cards import write_model_card
 
         dataset_tags, names, configs = (as_list(value) for value in (dataset_tags, dataset, dataset_args))

@@ -64,7 +64,7 @@ class RealmForInverseClozeTask(RealmQueryEmbedderMixin, RealmPreTrainedModel):
     >>> model(**batch).loss.backward()
     ```"""
 
-    # What its model card describes (realm_hf/hub/card_tasks.py).
+    # What its model card describes (realm_hf/hub/card_content.py).
     model_card_task = "ict"
 
     def __init__(self, config: RealmConfig):

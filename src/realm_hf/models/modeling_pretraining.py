@@ -73,7 +73,7 @@ class RealmForPreTraining(
     ```"""
 
     main_input_name = "input_ids"
-    # What its model card describes (realm_hf/hub/card_tasks.py).
+    # What its model card describes (realm_hf/hub/card_content.py).
     model_card_task = "pretraining"
 
     def __init__(self, config: RealmConfig, retriever=None, tokenizer=None):

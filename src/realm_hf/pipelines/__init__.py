@@ -1,4 +1,4 @@
-"""The REALM question-answering pipeline by job: the pipeline class, its inputs and options, its registration (its answers are `openqa_answers`', shared with `RealmForOpenQA.answer`)."""
+"""The REALM question-answering pipeline by job: the pipeline class (with its inputs and options), its registration (its answers are `openqa_answers`', shared with `RealmForOpenQA.answer`)."""
 
 from .question_answering import RealmQuestionAnsweringPipeline
 from .registration import (

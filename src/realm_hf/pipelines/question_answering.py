@@ -1,13 +1,19 @@
 """
 [`RealmQuestionAnsweringPipeline`]: open-domain questions answered by retrieval from the model's corpus and the reader,
 or, when a `context` is given, by the reader on that context alone (as the classic extractive QA pipeline does).
+
+With what it takes: a question string or dict, its context, a streamed dataset; and the options of transformers'
+classic question-answering pipeline, mapped to REALM's own parameters where they mean something for REALM, refused with
+a `ValueError` saying why where not.
 """
 
 from __future__ import annotations
 
 import os
 import types
+from collections.abc import Iterator
 
+import datasets
 import torch
 from transformers import Pipeline
 
@@ -17,13 +23,12 @@ from ..models.openqa_answers import best_answer, best_spans, check_finite_reader
 from ..models.provenance import block_provenance
 from ..models.tokenization_realm import tokenizer_call
 from ..precision import autocast, parse_dtype
-
-# The one rule for questions and contexts, shared with `RealmForOpenQA.answer`.
 from ..user_text import check_context as _check_context
 from ..user_text import check_positive_int, check_questions
 from ..user_text import question_example as _to_example
-from .inputs import _is_dataset, dataset_questions, is_hf_dataset
-from .options import map_classic_options
+
+__all__ = ["RealmQuestionAnsweringPipeline", "CLASSIC_ALIASES", "CLASSIC_REFUSED", "map_classic_options"]
+
 
 logger = get_logger(__name__)
 
@@ -138,7 +143,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         dtype=None,
         **kwargs,
     ):
-        # The classic question-answering options: mapped to REALM's own, or refused with the reason (options.py).
+        # The classic question-answering options: mapped to REALM's own, or refused with the reason (`map_classic_options`).
         if "max_question_len" in kwargs and max_question_length is not None:
             raise ValueError("Give either `max_question_len` or `max_question_length` (the same option), not both.")
         kwargs = map_classic_options(kwargs)
@@ -192,7 +197,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                 questions or one per question.
             kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `align_to_words`,
                 `batch_size`, `dtype`, and the classic question-answering options that mean something for REALM (see
-                [`~realm_hf.pipelines.options.map_classic_options`]).
+                [`~realm_hf.pipelines.question_answering.map_classic_options`]).
 
         Returns:
             One answer (a `dict`, or a list of `top_k` dicts) per question; a list of those for a list of questions;
@@ -411,8 +416,107 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             self.tokenizer.save_pretrained(save_directory)
 
 
-__all__ = ["RealmQuestionAnsweringPipeline"]
-
-
 def _max_positions(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
+
+
+def _is_dataset(inputs) -> bool:
+    return isinstance(inputs, torch.utils.data.Dataset)
+
+
+def is_hf_dataset(inputs) -> bool:
+    """Whether `inputs` is a `datasets` dataset (or dataset dict), which the pipeline reads by its columns."""
+    return isinstance(
+        inputs, (datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict)
+    )
+
+
+class _QuestionRows(torch.utils.data.Dataset):
+    """The `question` (and `context`) columns of a `datasets.Dataset`, row by row, as the pipeline streams them."""
+
+    def __init__(self, dataset: datasets.Dataset):
+        self.has_context = "context" in dataset.column_names
+        # Only the columns read: the others (answers, ids, ...) are never decoded.
+        self.rows = dataset.select_columns(["question", "context"] if self.has_context else ["question"])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        row = self.rows[index]
+        return {"question": row["question"], "context": row["context"] if self.has_context else None}
+
+
+def _iterable_questions(dataset: datasets.IterableDataset) -> Iterator[dict]:
+    for row in dataset:
+        if "question" not in row:
+            raise ValueError(_missing_question_column(sorted(row)))
+        yield {"question": row["question"], "context": row.get("context")}
+
+
+def _missing_question_column(columns) -> str:
+    return (
+        f"The dataset has no `question` column (columns: {list(columns)}). Rename the column that holds the questions "
+        "with `dataset.rename_column(name, 'question')`, or pass `transformers.pipelines.pt_utils.KeyDataset(dataset, "
+        "name)`."
+    )
+
+
+def dataset_questions(dataset):
+    """
+    A `datasets.Dataset` (or `IterableDataset`) as the pipeline streams it: its `question` column and, when it has
+    one, its `context` column; the other columns are ignored. A `DatasetDict` is refused: pick a split.
+    """
+    if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        raise ValueError(
+            f"Got a dataset dict with splits {list(dataset)}; pass one split, e.g. `qa(dataset['test'])`."
+        )
+    columns = dataset.column_names
+    if columns is not None and "question" not in columns:
+        raise ValueError(_missing_question_column(columns))
+    if isinstance(dataset, datasets.Dataset):
+        return _QuestionRows(dataset)
+    return _iterable_questions(dataset)  # a generator: the pipeline streams it
+
+
+#: Classic option -> the REALM pipeline's parameter of the same meaning.
+CLASSIC_ALIASES = {
+    # Longer questions are refused rather than truncated: a truncated question is a different question.
+    "max_question_len": "max_question_length",
+}
+
+#: Classic options that mean nothing for REALM -> why, and what to do instead.
+CLASSIC_REFUSED = {
+    "max_seq_len": (
+        "REALM reads (question, block) pairs of `config.reader_seq_len` wordpieces, the length its reader was trained "
+        "on; a long `context` is read in windows of that length (`doc_stride` sets their overlap)"
+    ),
+    "padding": "the pipeline pads each batch itself",
+    "topk": "use `top_k`",
+}
+
+
+def map_classic_options(kwargs: dict) -> dict:
+    """
+    `kwargs` with the classic options replaced by the REALM pipeline's own: `max_question_len` becomes
+    `max_question_length`, `handle_impossible_answer=False` is dropped (REALM always answers from a read block, which
+    is what it asks for), and the options in `CLASSIC_REFUSED`, and `handle_impossible_answer=True`, raise a
+    `ValueError` naming the option and why. Unknown options are left for the caller to refuse.
+    """
+    kwargs = dict(kwargs)
+    for name, reason in CLASSIC_REFUSED.items():
+        if name in kwargs:
+            raise ValueError(f"The REALM question-answering pipeline has no `{name}` option: {reason}.")
+    if "handle_impossible_answer" in kwargs:
+        if kwargs.pop("handle_impossible_answer"):
+            raise ValueError(
+                "The REALM question-answering pipeline has no `handle_impossible_answer=True`: REALM's reader scores "
+                "no 'no answer' option, every answer is a span of a read block. Use the answers' `score` (the span "
+                "probability) to reject unlikely answers."
+            )
+    for classic, own in CLASSIC_ALIASES.items():
+        if classic in kwargs:
+            if own in kwargs:
+                raise ValueError(f"Give either `{classic}` or `{own}` (the same option), not both.")
+            kwargs[own] = kwargs.pop(classic)
+    return kwargs

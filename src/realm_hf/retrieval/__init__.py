@@ -1,6 +1,6 @@
 """
 REALM's knowledge corpus by concept: blocks (chunking, encoding, corpus), the index, the store (one state of corpus
-and index), the retriever over it and its contract, building, saving (serialization, integrity), legacy checkpoints
+and index), the retriever over it and its contract, building, saving and loading (serialization), legacy checkpoints
 and conversion, and sharding across processes.
 """
 
@@ -12,7 +12,7 @@ _EXPORTS = {
     "BuildOptions": "building",
     "RealmIndexState": "retriever",
     "RealmRetriever": "retriever",
-    "RealmSearchOutput": "searching",
+    "RealmSearchOutput": "contract",
     "Retriever": "contract",
     "ShardedIndexState": "sharding",
     "ShardedRealmRetriever": "sharding",

@@ -1,14 +1,21 @@
-"""[`Retriever`]: what a REALM model asks of its knowledge corpus, the contract every retriever satisfies."""
+"""
+The retriever contract: [`Retriever`], what a REALM model asks of its knowledge corpus (the `typing.Protocol` every
+retriever satisfies), and what a search takes and gives: the checks of question embeddings and `k`, and
+[`RealmSearchOutput`].
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
+from transformers.utils import ModelOutput
 
-from .searching import RealmSearchOutput
+from ..user_text import check_positive_int
 
 
 class Retriever(Protocol):
@@ -87,3 +94,107 @@ class Retriever(Protocol):
     def save_pretrained(
         self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
     ) -> None: ...
+
+
+@dataclass
+class RealmSearchOutput(ModelOutput):
+    """
+    Output of a retriever's `search` ([`RealmRetriever.search`], [`ShardedRealmRetriever.search`]): everything the
+    model reads about the retrieved blocks, from one state of the corpus and index, so nothing is looked up afterwards.
+
+    Args:
+        block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
+            Corpus ids of the retrieved blocks, best first. `-1` where an approximate index found fewer than `k`
+            blocks (raise `nprobe`/`efSearch`; the logged warning names the cause).
+        scores (`torch.FloatTensor` of shape `(batch_size, k)`):
+            Inner products question · block, descending (`-inf` for missing results). For compressed indexes
+            (PQ, SQ) the candidates are re-scored with the stored float32 block embeddings, so the scores are
+            always exact inner products, the numbers the model's own einsum reproduces.
+        blocks (`list[list[dict]]`):
+            For each question, the `k` blocks as dicts with `block_id`, `title`, `text`, `score` and the corpus's
+            metadata columns (e.g. `doc_id`).
+        block_embeddings (`torch.FloatTensor` of shape `(batch_size, k, dim)`, *optional*):
+            The stored embeddings of the retrieved blocks (zeros for `-1`), from the same state of the corpus as
+            `block_ids`, when asked for with `return_embeddings=True` (what the model re-scores them with).
+        block_token_ids (`torch.Tensor` of shape `(batch_size, k, longest)`, *optional*):
+            The wordpiece ids of each block's text as the reader reads it (int32, padded with -1), when asked for with
+            `return_token_ids=True` (how training finds the answers in the searcher beam).
+        block_token_lengths (`torch.LongTensor` of shape `(batch_size, k)`, *optional*):
+            The number of ids of each block in `block_token_ids`.
+    """
+
+    block_ids: torch.LongTensor | None = None
+    scores: torch.FloatTensor | None = None
+    blocks: list[list[dict]] | None = None
+    block_embeddings: torch.FloatTensor | None = None
+    block_token_ids: torch.Tensor | None = None
+    block_token_lengths: torch.LongTensor | None = None
+
+    def reordered(self, order: torch.LongTensor) -> RealmSearchOutput:
+        """
+        This output with each question's results in a new order: `order[b]` lists, for each new place, the old place
+        of question `b`'s result.
+        """
+
+        def gather(tensor):
+            if tensor is None:
+                return None
+            index = order.to(tensor.device)
+            while index.dim() < tensor.dim():
+                index = index.unsqueeze(-1)
+            return tensor.gather(1, index.expand(*order.shape, *tensor.shape[2:]))
+
+        blocks = self.blocks
+        if blocks is not None:
+            blocks = [[row[i] for i in row_order] for row, row_order in zip(blocks, order.tolist())]
+        return type(self)(
+            block_ids=gather(self.block_ids),
+            scores=gather(self.scores),
+            blocks=blocks,
+            block_embeddings=gather(self.block_embeddings),
+            block_token_ids=gather(self.block_token_ids),
+            block_token_lengths=gather(self.block_token_lengths),
+        )
+
+
+def as_query_matrix(question_embeddings) -> np.ndarray:
+    """Question embeddings as a contiguous `(batch_size, dim)` float32 CPU array (one vector becomes a batch of one)."""
+    if isinstance(question_embeddings, torch.Tensor):
+        question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
+    queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+    if queries.ndim == 1:
+        queries = queries[None]
+    if queries.ndim != 2:
+        raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+    return queries
+
+
+def check_finite_queries(queries: np.ndarray) -> None:
+    """Refuse NaN/inf question embeddings: FAISS would answer them with no block at all (ids -1)."""
+    bad = ~np.isfinite(queries).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum())} of {len(queries)} question embeddings contain NaN or inf (rows "
+            f"{np.flatnonzero(bad)[:10].tolist()}): the question embedder's weights have diverged (NaN/inf after "
+            "training: lower the learning rate, resume from an earlier checkpoint) or its activations overflowed in "
+            "fp16 (run it in fp32 or bf16)."
+        )
+
+
+def check_k(k) -> int:
+    """`k` as an int, refused unless a positive integer."""
+    return check_positive_int(k, "k")
+
+
+def check_query_shape(queries: np.ndarray, k: int, dim: int, num_blocks: int) -> None:
+    """Refuse question embeddings of another dimension than the corpus's `dim`, and a `k` above its `num_blocks`."""
+    if queries.shape[1] != dim:
+        raise ValueError(
+            f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
+            f"of projection size {dim} (retriever_proj_size={dim}). Use the "
+            "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
+        )
+    if k > num_blocks:
+        raise ValueError(
+            f"k={k} is larger than the number of blocks in the corpus ({num_blocks}): ask for at most {num_blocks}."
+        )

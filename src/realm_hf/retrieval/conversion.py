@@ -28,10 +28,11 @@ from ..file_utils import staged_save
 from ..progress import progress_bar
 from .encoding import fingerprint_module
 from .index import adjust_factory_for_size, build_index, can_relabel, check_finite, new_index, strip_idmap
-from .legacy import LegacyBlockEmb, check_pickle_opt_in
-from .legacy_records import (
+from .legacy import (
     RECORD_CHUNK_ROWS,
+    LegacyBlockEmb,
     UnsupportedRecordsLayout,
+    check_pickle_opt_in,
     iter_loaded_record_chunks,
     iter_record_chunks,
     records_count,

@@ -17,11 +17,11 @@ from ..logging_utils import get_logger, warn
 from . import building
 from .building import BuildOptions
 from .collectives import gather_rows, row_bounds
+from .contract import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
 from .corpus import BlockCorpus
 from .encoding import _embedder_dim, fingerprint_module
 from .index import BlockIndex, normalize_search_params
 from .legacy import check_constructor_arguments, legacy_reader_call, read_legacy_blocks
-from .searching import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
 from .serialization import (
     _resolve_pretrained_path,
     _try_load_tokenizer,

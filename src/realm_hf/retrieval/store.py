@@ -13,13 +13,18 @@ import torch
 
 from ..logging_utils import get_logger
 from .bm25 import BM25BlockIndex, hybrid_candidates
+from .contract import RealmSearchOutput, check_query_shape
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array, pad_token_ids
 from .encoding import tokenize_block_texts
 from .index import BlockIndex
-from .integrity import _REBUILD_HINT
-from .searching import RealmSearchOutput, check_query_shape
 
 logger = get_logger(__name__)
+
+# How to fix a saved retriever whose parts disagree: said by every error of the store and of its loading.
+_REBUILD_HINT = (
+    "Rebuild the retriever with `RealmRetriever.from_documents(...)` (or `realm-hf index`) and save it again with "
+    "`save_pretrained`, or convert a legacy checkpoint with `convert_legacy_checkpoint`."
+)
 
 # Candidate vectors re-scored per step: bounds the `[questions, candidates, dim]` float32 buffer (16 MB at 128-d)
 # however many questions and candidates one search has.
@@ -103,7 +108,7 @@ class BlockStore:
         questions: list[str] | None = None,
     ) -> RealmSearchOutput:
         """
-        The top `k` blocks of `queries` (a checked `(batch, dim)` float32 matrix, see `searching.as_query_matrix`),
+        The top `k` blocks of `queries` (a checked `(batch, dim)` float32 matrix, see `contract.as_query_matrix`),
         re-scored exactly for compressed indexes (`k * rerank_factor` candidates), with the blocks, stored embeddings
         and, given a `tokenizer`, the reader's token ids of the blocks (see [`~BlockStore.token_ids`]) on request.
         Given the question texts, a hybrid store (one with a `sparse` index) adds the BM25 candidates (see

@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import os
 
-from ...constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from ..common import (
+from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
+from .common import (
     EXIT_OK,
     CLIError,
     architecture_of,
+    atomic_output_dir,
+    check_output_dir,
     config_of,
     hub_offline,
     info,
     is_hub_id,
     load_tokenizer,
+    load_without_retriever,
     logger,
 )
-from ..models import load_without_retriever
-from ..outputs import atomic_output_dir, check_output_dir
 
 _PICKLE_REFUSAL = (
     "{records} is a pickled numpy array: loading it runs Python's pickle, which can execute arbitrary code if the "
@@ -69,12 +70,12 @@ def run(args) -> int:
 
     with atomic_output_dir(output, overwrite=args.overwrite) as tmp:
         if architecture == "RealmForOpenQA" or has_records:
-            from ...models.modeling_openqa import RealmForOpenQA
+            from ..models.modeling_openqa import RealmForOpenQA
 
             if has_records:
                 # The conversion proper, streamed: pickled block texts + the `block_emb` buffer -> Arrow corpus + FAISS
                 # index, written chunk by chunk (13.35M blocks in bounded memory: bench/convert.py).
-                from ...retrieval.conversion import write_legacy_retriever
+                from ..retrieval.conversion import write_legacy_retriever
 
                 info(f"Converting the corpus and its {args.index} index ...")
                 write_legacy_retriever(
@@ -89,7 +90,7 @@ def run(args) -> int:
                 model.config.num_block_records = _saved_manifest(tmp)["num_blocks"]
             elif os.path.isdir(os.path.join(source, RETRIEVER_SUBFOLDER)):
                 # Already in this format (e.g. re-saving as safetensors): keep its corpus.
-                from ...retrieval.retriever import RealmRetriever
+                from ..retrieval.retriever import RealmRetriever
 
                 retriever = RealmRetriever.from_pretrained(os.path.join(source, RETRIEVER_SUBFOLDER))
                 model = RealmForOpenQA.from_pretrained(source, retriever=retriever)
@@ -132,7 +133,7 @@ def _write_conversion_card(directory: str, model, source: str) -> None:
     if type(model).__name__ != "RealmForOpenQA":
         return
     try:
-        from ...hub.cards import write_model_card
+        from ..hub.cards import write_model_card
 
         write_model_card(
             directory,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from ...file_utils import atomic_write_text
-from ..common import EXIT_OK, CLIError, State, info, logger, metrics_table, normalize_metric_names
-from ..models import load_openqa
-from ..readers import load_qa
+from ..file_utils import atomic_write_text
+from .common import EXIT_OK, CLIError, State, info, load_openqa, logger, metrics_table, normalize_metric_names
+from .readers import load_qa
 
 
 def _check_output_file(option: str, path: str | None) -> None:
@@ -24,8 +23,8 @@ def _check_output_file(option: str, path: str | None) -> None:
 
 
 def run(args) -> int:
-    from ...metrics import exact_match_score, f1_score
-    from ...training.openqa import evaluate_openqa
+    from ..metrics import exact_match_score, f1_score
+    from ..training.openqa import evaluate_openqa
 
     ks = sorted(set(args.ks))
     if any(k < 1 for k in ks):

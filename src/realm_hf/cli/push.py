@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..common import EXIT_OK, CLIError, architecture_of, config_of, hub_offline, info, load_tokenizer
-from ..models import load_openqa
+from .common import EXIT_OK, CLIError, architecture_of, config_of, hub_offline, info, load_openqa, load_tokenizer
 
 
 def run(args) -> int:
@@ -19,7 +18,7 @@ def run(args) -> int:
         )
     if args.corpus_repo_id and architecture != "RealmForOpenQA":
         raise CLIError("--corpus-repo-id needs a RealmForOpenQA model directory (with a retriever/).")
-    from ...hub import repositories as hub
+    from ..hub import repositories as hub
 
     def hub_call(what: str, fn, *a, **kw):
         try:

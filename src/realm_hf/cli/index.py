@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 
-from ...constants import RETRIEVER_SUBFOLDER
-from ..common import EXIT_OK, CLIError, State, architecture_of, config_of, default_device, info, load_tokenizer
-from ..models import check_embedder_dir, embedder_from_dir
-from ..outputs import atomic_output_dir, check_output_dir
-from ..readers import load_documents
+from ..constants import RETRIEVER_SUBFOLDER
+from .common import (
+    EXIT_OK,
+    CLIError,
+    State,
+    architecture_of,
+    atomic_output_dir,
+    check_embedder_dir,
+    check_output_dir,
+    config_of,
+    default_device,
+    embedder_from_dir,
+    info,
+    load_tokenizer,
+)
+from .readers import load_documents
 
 #: What `--index FACTORY+SUFFIX` may add beside the FAISS index: a sparse index saved with it, which `ask`,
 #: `evaluate`, the pipeline and `from_pretrained` then search together with the dense one (retrieval/sparse.py).
@@ -35,7 +46,7 @@ def split_index_spec(spec: str) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
-    from ...retrieval.retriever import RealmRetriever
+    from ..retrieval.retriever import RealmRetriever
 
     if not args.output and not args.attach_to:
         raise CLIError("Say where the corpus goes: --output DIR and/or --attach-to MODEL_DIR.")
@@ -61,7 +72,7 @@ def run(args) -> int:
     factory, sparse = split_index_spec(args.index)
     if sparse == "bm25":
         try:  # checked before any document is read
-            from ...retrieval.sparse import require_bm25s  # local import: retrieval pulls in faiss and datasets
+            from ..retrieval.sparse import require_bm25s  # local import: retrieval pulls in faiss and datasets
 
             require_bm25s()
         except ImportError:
@@ -107,7 +118,7 @@ def run(args) -> int:
     )
     info(f"Indexed {len(retriever)} blocks ({retriever.embedding_dim}-d, {factory}).")
     if sparse == "bm25":
-        from ...retrieval.sparse import HybridRealmRetriever
+        from ..retrieval.sparse import HybridRealmRetriever
 
         # Saved beside the dense index, under the same manifest; loading the model or corpus brings it back.
         retriever = HybridRealmRetriever(retriever)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from ..common import EXIT_OK, CLIError, State, info
-from ..models import load_openqa
+from .common import EXIT_OK, CLIError, State, info, load_openqa
 
 
 def _is_loopback(host: str) -> bool:
@@ -19,8 +18,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def run(args) -> int:
-    from ...serving import build_app, require_gradio  # deferred: it imports the pipeline (torch)
-    from ...serving.service import check_top_k
+    from ..serving import build_app, require_gradio  # deferred: it imports the pipeline (torch)
+    from ..serving.service import check_top_k
 
     # Bad options and a missing Gradio fail before the model loads.
     if not 0 <= args.port <= 65535:

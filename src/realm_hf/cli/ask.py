@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import sys
 
-from ..common import EXIT_ERROR, EXIT_OK, CLIError, load_tokenizer, progress
-from ..models import load_openqa
-from ..readers import read_questions
+from .common import EXIT_ERROR, EXIT_OK, CLIError, load_openqa, load_tokenizer, progress
+from .readers import read_questions
 
 # The pipeline's default limit, passed explicitly so that the up-front check and the pipeline agree.
 MAX_QUESTION_LENGTH = 64
 
 
 def _pipeline(model, args):
-    from ...pipelines.question_answering import RealmQuestionAnsweringPipeline
+    from ..pipelines.question_answering import RealmQuestionAnsweringPipeline
 
     # Without a retriever (answering from --context) the tokenizer comes from the model directory.
     tokenizer = None if model.retriever is not None else load_tokenizer(args.model)
@@ -66,14 +65,14 @@ def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
 
 
 def run(args) -> int:
-    from ...user_text import check_context, question_problems
+    from ..user_text import check_context, question_problems
 
     items = read_questions(args.questions, args.file)
     if args.top_k < 1:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
-    from ...precision import parse_dtype  # deferred: it imports torch
+    from ..precision import parse_dtype  # deferred: it imports torch
 
     try:
         parse_dtype(args.dtype)  # a bad --dtype fails before the model loads

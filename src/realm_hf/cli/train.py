@@ -1,12 +1,18 @@
-"""`realm-hf train`: Open-QA fine-tuning or REALM pre-training from a JSON/YAML config."""
+"""
+`realm-hf train`: Open-QA fine-tuning or REALM pre-training from a JSON/YAML config, and that config file (its keys,
+reading it with `--set` overrides, the run's seed).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
-from ...file_utils import atomic_write_text
-from ..common import (
+from realm_hf_cli_parser import TRAIN_KEYS  # defined with the parser, whose `train --help` lists them
+
+from ..file_utils import atomic_write_text
+from .common import (
     EXIT_OK,
     CLIError,
     State,
@@ -18,13 +24,12 @@ from ..common import (
     normalize_metric_names,
     require_local_or_hub,
 )
-from ..readers import load_documents, load_qa, load_table
-from ..train_config import load_train_config, resolve_seed
+from .readers import load_documents, load_qa, load_table
 
 
 def _seed_run(config: dict) -> int:
     """Seed before any model is built (the shared recipe) and record the seed in `config`."""
-    from ...training.recipes import seed_everything  # deferred: the cli package imports nothing heavy at module level
+    from ..training.recipes import seed_everything  # deferred: the cli package imports nothing heavy at module level
 
     seed = resolve_seed(config)
     training_seed = (config.get("training_args") or {}).get("seed")
@@ -35,7 +40,7 @@ def _seed_run(config: dict) -> int:
 
 
 def _training_arguments(config: dict, **defaults):
-    from ...training.recipes import training_arguments
+    from ..training.recipes import training_arguments
 
     values = {**defaults, **(config.get("training_args") or {})}
     values.setdefault("disable_tqdm", State.quiet)
@@ -64,7 +69,7 @@ def _apply_model_config(model, overrides: dict) -> None:
     """Set `model_config`'s training settings on a model loaded from `model`, checked as `RealmConfig` checks them."""
     if not overrides:
         return
-    from ...models.configuration_realm import RealmConfig
+    from ..models.configuration_realm import RealmConfig
 
     if not isinstance(overrides, dict):
         raise CLIError(f"model_config must be a mapping of config keys to values, got {overrides!r}.")
@@ -84,7 +89,7 @@ def _apply_model_config(model, overrides: dict) -> None:
 
 
 def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
-    from ...retrieval.retriever import RealmRetriever
+    from ..retrieval.retriever import RealmRetriever
 
     if config.get("corpus") and config.get("documents"):
         raise CLIError("Give either `corpus` (a saved corpus) or `documents` (to build one), not both.")
@@ -113,7 +118,7 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
 
 
 def _reindex_callback(model, config: dict, train_dataset=None):
-    from ...training.recipes import reindex_callback
+    from ..training.recipes import reindex_callback
 
     sample = int(config.get("staleness_sample") or 0)
     questions = None
@@ -130,8 +135,8 @@ def _reindex_callback(model, config: dict, train_dataset=None):
 
 
 def _train_finetune(config: dict, args) -> dict:
-    from ...models.modeling_openqa import RealmForOpenQA
-    from ...training.recipes import evaluation_history, openqa_trainer, set_document_embedder_trainable
+    from ..models.modeling_openqa import RealmForOpenQA
+    from ..training.recipes import evaluation_history, openqa_trainer, set_document_embedder_trainable
 
     if bool(config.get("model")) == bool(config.get("init_from_bert")):
         raise CLIError("Give exactly one of `model` (a REALM directory) and `init_from_bert` (a BERT directory).")
@@ -153,7 +158,7 @@ def _train_finetune(config: dict, args) -> dict:
         _apply_model_config(model, config.get("model_config"))
         tokenizer = None
     else:
-        from ...models.initialization import init_from_bert
+        from ..models.initialization import init_from_bert
 
         model = init_from_bert(RealmForOpenQA, config["init_from_bert"], **(config.get("model_config") or {}))
         tokenizer = load_tokenizer(config["init_from_bert"])
@@ -169,7 +174,7 @@ def _train_finetune(config: dict, args) -> dict:
     training_model = model
     lora = config.get("lora")
     if lora:
-        from ...training.lora import add_lora
+        from ..training.lora import add_lora
 
         if not isinstance(lora, dict):
             lora = {}
@@ -202,7 +207,7 @@ def _train_finetune(config: dict, args) -> dict:
     output_dir = config["output_dir"]
     final_model = model
     if lora:
-        from ...training.lora import merge_adapter, save_adapter
+        from ..training.lora import merge_adapter, save_adapter
 
         save_adapter(training_model, os.path.join(output_dir, "adapter"))
         final_model = merge_adapter(training_model)
@@ -224,7 +229,7 @@ _READER_WARMUP_DATA = ("cloze_per_block", "question_share", "keep_sentence", "ne
 
 def _warmups(model, config: dict, train_dataset) -> None:
     """The retriever and reader warm-ups (`retriever_warmup`, `reader_warmup`), run before Open-QA fine-tuning."""
-    from ...training.recipes import (
+    from ..training.recipes import (
         reader_warmup_examples,
         reader_warmup_trainer,
         retriever_warmup_trainer,
@@ -286,8 +291,8 @@ def _warmups(model, config: dict, train_dataset) -> None:
 
 
 def _train_pretrain(config: dict, args) -> dict:
-    from ...models.modeling_pretraining import RealmForPreTraining
-    from ...training.recipes import (
+    from ..models.modeling_pretraining import RealmForPreTraining
+    from ..training.recipes import (
         evaluation_history,
         pretraining_optimizer,
         pretraining_trainer,
@@ -303,7 +308,7 @@ def _train_pretrain(config: dict, args) -> dict:
         _apply_model_config(model, overrides)
         tokenizer = load_tokenizer(config["model"])
     elif config.get("init_from_bert"):
-        from ...models.initialization import init_from_bert
+        from ..models.initialization import init_from_bert
 
         model = init_from_bert(RealmForPreTraining, config["init_from_bert"], **overrides)
         tokenizer = load_tokenizer(config["init_from_bert"])
@@ -372,7 +377,7 @@ def _train_pretrain(config: dict, args) -> dict:
 
 def _write_training_card(output_dir: str, model, metrics: dict, training_args, config: dict) -> None:
     try:
-        from ...hub.cards import write_model_card
+        from ..hub.cards import write_model_card
 
         base = config.get("model") or config.get("init_from_bert")
         write_model_card(
@@ -418,3 +423,96 @@ def run(args) -> int:
     print(metrics_table({k: float(v) for k, v in printable.items()}))
     info(f"Saved the model and its retriever to {config['output_dir']}.")
     return EXIT_OK
+
+
+_MODEL_KEYS = ("model", "init_from_bert", "legacy_embedder", "legacy_encoder")
+_PATH_KEYS = (
+    "model",
+    "init_from_bert",
+    "legacy_embedder",
+    "legacy_encoder",
+    "corpus",
+    "documents",
+    "train_file",
+    "eval_file",
+    "output_dir",
+)
+
+
+def load_train_config(path: str, overrides: Sequence[str] = ()) -> dict:
+    """
+    Read a `realm-hf train` config (JSON, or YAML for `.yaml`/`.yml`), resolve its relative paths against the config
+    file's directory, apply `--set KEY=VALUE` overrides (values parsed as YAML; dotted keys reach into
+    `training_args`, `lora`, ...) and check the keys.
+    """
+    import yaml
+
+    if not os.path.isfile(path):
+        raise CLIError(f"Config file {path!r} does not exist.")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        if path.lower().endswith((".yaml", ".yml")):
+            config = yaml.safe_load(text)
+        else:
+            config = json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise CLIError(f"{path}: cannot parse the config: {err}") from err
+    if not isinstance(config, dict):
+        raise CLIError(f"{path}: the config must be a mapping of keys to values.")
+    base = os.path.dirname(os.path.abspath(path))
+
+    def resolve(value, may_be_hub_id: bool):
+        if isinstance(value, list):
+            return [resolve(v, may_be_hub_id) for v in value]
+        if not isinstance(value, str) or not value:
+            return value
+        if value.startswith("~") or os.path.isabs(value):
+            return os.path.expanduser(value)
+        candidate = os.path.normpath(os.path.join(base, value))
+        # A model may be a Hub id ("google/realm-..."): kept as is unless a local path of that name exists.
+        if may_be_hub_id and not os.path.exists(candidate) and is_hub_id(value):
+            return value
+        return candidate
+
+    for key in _PATH_KEYS:
+        if config.get(key) is not None:
+            config[key] = resolve(config[key], may_be_hub_id=key in _MODEL_KEYS)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--set expects KEY=VALUE, got {item!r}.")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+            value = raw  # YAML 1.1 reads `no`/`yes`/`on`/`off` as booleans: save_strategy=no means "no"
+        target = config
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise CLIError(f"--set {key}: {part} is not a mapping.")
+        target[parts[-1]] = value
+    unknown = sorted(set(config) - set(TRAIN_KEYS))
+    if unknown:
+        raise CLIError(
+            f"{path}: unknown config key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(TRAIN_KEYS))}."
+        )
+    task = config.setdefault("task", "finetune")
+    if task not in ("finetune", "pretrain"):
+        raise CLIError(f"{path}: task must be 'finetune' or 'pretrain', got {task!r}.")
+    if not config.get("output_dir"):
+        raise CLIError(f"{path}: output_dir is required.")
+    return config
+
+
+def resolve_seed(config: dict) -> int:
+    """The run's seed: `seed`, else `training_args.seed`, else 42 (TrainingArguments' default)."""
+    training_seed = (config.get("training_args") or {}).get("seed")
+    seed = config.get("seed")
+    seed = seed if seed is not None else training_seed if training_seed is not None else 42
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise CLIError(f"seed must be an integer, got {seed!r}.")
+    return seed

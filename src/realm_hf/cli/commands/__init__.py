@@ -1,1 +1,0 @@
-"""The `realm-hf` subcommands, one module each; each exposes `run(args) -> int`."""
