@@ -4,8 +4,8 @@ The REALM models, one module per job (import the classes from `realm_hf`; nothin
 - `configuration_realm`, `tokenization_realm`, `initialization` (from any BERT-layout checkpoint)
 - `modeling_base` (the shared base class), `modeling_outputs`, `modeling_embedder`, `modeling_reader`,
   `modeling_knowledge_aug`
-- `modeling_openqa` ([`RealmForOpenQA`]) with its parts: `openqa_search`, `openqa_document_embedder`, `openqa_answers`,
+- `modeling_openqa` ([`RealmForOpenQA`]) with its parts: `openqa_answers`,
   `reader_inputs`, `retriever_losses`, `provenance` (the answer schema), `retriever_loading`
-- `modeling_pretraining` ([`RealmForPreTraining`]) with `pretraining_inputs` and `pretraining_components`
+- `modeling_pretraining` ([`RealmForPreTraining`], its ICT warm start and component checkpoints) with `pretraining_inputs`
 - `modeling_ict` ([`RealmForInverseClozeTask`], the embedders' warm start; its collator and Trainer are in `training/`)
 """

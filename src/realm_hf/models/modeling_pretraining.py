@@ -1,16 +1,23 @@
-"""REALM pre-training: retrieval-augmented masked language modelling with a learned retriever (Guu et al., 2020)."""
+"""
+REALM pre-training (Guu et al., 2020): retrieval-augmented masked language modelling with a learned retriever,
+`RealmForPreTraining`, with its ICT warm start and the legacy component checkpoints (embedder, scorer, encoder).
+"""
 
 from __future__ import annotations
+
+import json
+import os
+from typing import Self
 
 import torch
 
 from ..logging_utils import get_logger
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel
-from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
+from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin, RealmScorer
+from .modeling_ict import RealmForInverseClozeTask
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
 from .modeling_outputs import RealmForPreTrainingOutput
-from .pretraining_components import RealmPreTrainingCheckpointsMixin
 from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 from .retriever_owner import RetrieverOwnerMixin
 
@@ -22,9 +29,23 @@ def _config_value(config, name, default):
     return default if value is None else value
 
 
-class RealmForPreTraining(
-    RealmPreTrainingCheckpointsMixin, RetrieverOwnerMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel
-):
+def _checkpoint_architectures(path: str) -> list[str]:
+    config_file = os.path.join(path, "config.json")
+    if not os.path.exists(config_file):
+        return []
+    with open(config_file) as f:
+        return json.load(f).get("architectures") or []
+
+
+def _load_embedder(path: str | os.PathLike) -> RealmEmbedder:
+    """A [`RealmEmbedder`] from an embedder or a scorer checkpoint directory (the scorer's `embedder.*`)."""
+    path = str(path)
+    if "RealmScorer" in _checkpoint_architectures(path):
+        return RealmScorer.from_pretrained(path).embedder
+    return RealmEmbedder.from_pretrained(path)
+
+
+class RealmForPreTraining(RetrieverOwnerMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     REALM pre-training (Guu et al., 2020): a masked language model that retrieves from a knowledge corpus and learns
     the retriever through the masked-LM loss.
@@ -134,6 +155,129 @@ class RealmForPreTraining(
         if tokenizer is None:
             raise ValueError("RealmForPreTraining needs a tokenizer for the blocks: pass `tokenizer=` or attach one.")
         return tokenizer
+
+    # ------------------------------------------------------------------------------------------------ ICT warm start
+
+    def load_ict_embedders(self, ict_model_or_path) -> Self:
+        r"""
+        Initialise both embedders from an Inverse Cloze Task warm start ([`RealmForInverseClozeTask`], a directory it
+        was saved to, or a directory written by its `export_embedders`), as REALM does before pre-training.
+
+        With a shared embedder here and separate ICT embedders, the ICT *document* embedder is used (it is the one
+        that builds the index), with a warning. The embedders' `retriever_pooling` becomes the ICT model's, since
+        the weights were trained with it.
+        """
+
+        if isinstance(ict_model_or_path, (str, os.PathLike)):
+            path = str(ict_model_or_path)
+            if os.path.isdir(os.path.join(path, "embedder")):
+                document = RealmEmbedder.from_pretrained(os.path.join(path, "embedder"))
+                query_dir = os.path.join(path, "query_embedder")
+                query = RealmEmbedder.from_pretrained(query_dir) if os.path.isdir(query_dir) else document
+            else:
+                ict = RealmForInverseClozeTask.from_pretrained(path)
+                document, query = ict.embedder, ict.query_embedder
+        else:
+            document, query = ict_model_or_path.embedder, ict_model_or_path.query_embedder
+        pooling = document.config.retriever_pooling
+        if pooling != self.config.retriever_pooling:
+            # The weights only mean what ICT taught them under the pooling it trained them with.
+            logger.info("Taking the ICT embedders' retriever_pooling=%r with their weights.", pooling)
+            for config in {id(m.config): m.config for m in self.modules() if hasattr(m, "config")}.values():
+                config.retriever_pooling = pooling
+        self.embedder.load_state_dict(document.state_dict())
+        if not self.shares_query_document_embedder:
+            self.query_embedder.load_state_dict(query.state_dict())
+        elif query is not document:
+            logger.warning(
+                "The ICT model has separate query and document embedders but this model shares one: using the ICT "
+                "document embedder for both."
+            )
+        return self
+
+    # ------------------------------------------------------------------------------------- component checkpoints
+
+    @classmethod
+    def from_legacy_checkpoints(
+        cls,
+        embedder_or_scorer_dir: str | os.PathLike,
+        encoder_dir: str | os.PathLike,
+        query_embedder_dir: str | os.PathLike | None = None,
+        retriever=None,
+        tokenizer=None,
+        **config_overrides,
+    ) -> Self:
+        r"""
+        Build a pre-training model from the legacy component checkpoints, e.g.
+        `google/realm-cc-news-pretrained-embedder` (or `-scorer`) and `google/realm-cc-news-pretrained-encoder`.
+
+        Args:
+            embedder_or_scorer_dir (`str` or `os.PathLike`):
+                A [`RealmEmbedder`] directory (keys `realm.*`, `cls.*`) or a [`RealmScorer`] directory (keys
+                `embedder.*`, the query and document embedders being one module): the document embedder, also used
+                as the query embedder unless `query_embedder_dir` is given.
+            encoder_dir (`str` or `os.PathLike`): A [`RealmKnowledgeAugEncoder`] directory.
+            query_embedder_dir (`str` or `os.PathLike`, *optional*):
+                A separate query [`RealmEmbedder`]; sets `share_query_document_embedder=False`.
+            retriever, tokenizer (*optional*): Attached to the model.
+            **config_overrides: Set on the config (e.g. `num_candidates=8`, `max_joint_length=...`).
+        """
+        embedder = _load_embedder(embedder_or_scorer_dir)
+        encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_dir)
+        config = RealmConfig.from_dict(encoder.config.to_dict())
+        config.architectures = [cls.__name__]
+        config.share_query_document_embedder = query_embedder_dir is None
+        for key, value in config_overrides.items():
+            setattr(config, key, value)
+        model = cls(config, retriever=retriever, tokenizer=tokenizer)
+        model.embedder.load_state_dict(embedder.state_dict())
+        model.encoder.load_state_dict(encoder.state_dict())
+        if query_embedder_dir is not None:
+            model.query_embedder.load_state_dict(_load_embedder(query_embedder_dir).state_dict())
+        return model
+
+    def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
+        r"""
+        Write the parts as standalone checkpoints with the legacy layouts and keys, loadable on their own:
+
+        - `embedder/`: the document embedder, a [`RealmEmbedder`] (keys `realm.*`, `cls.*`): what builds the index,
+          and what [`RealmForOpenQA`] / ORQA fine-tuning starts from;
+        - `query_embedder/`: the query [`RealmEmbedder`] (only when separate);
+        - `scorer/`: a [`RealmScorer`] (keys `embedder.*`, like `realm-cc-news-pretrained-scorer`); with separate
+          embedders it holds the document embedder, and `RealmScorer.from_pretrained(path,
+          query_embedder=RealmEmbedder.from_pretrained(query_embedder/))` restores the pair;
+        - `encoder/`: the [`RealmKnowledgeAugEncoder`] (keys `realm.*`, `cls.predictions.*`).
+
+        Returns:
+            `dict` mapping each component name to its directory.
+        """
+        save_directory = str(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        paths = {}
+
+        def component_config(architecture: str) -> RealmConfig:
+            config = RealmConfig.from_dict(self.config.to_dict())
+            config.architectures = [architecture]
+            return config
+
+        embedder = RealmEmbedder(component_config("RealmEmbedder"))
+        embedder.load_state_dict(self.embedder.state_dict())
+        paths["embedder"] = os.path.join(save_directory, "embedder")
+        embedder.save_pretrained(paths["embedder"], safe_serialization=safe_serialization)
+        if not self.shares_query_document_embedder:
+            query = RealmEmbedder(component_config("RealmEmbedder"))
+            query.load_state_dict(self.query_embedder.state_dict())
+            paths["query_embedder"] = os.path.join(save_directory, "query_embedder")
+            query.save_pretrained(paths["query_embedder"], safe_serialization=safe_serialization)
+        scorer = RealmScorer(component_config("RealmScorer"))
+        scorer.embedder.load_state_dict(self.embedder.state_dict())
+        paths["scorer"] = os.path.join(save_directory, "scorer")
+        scorer.save_pretrained(paths["scorer"], safe_serialization=safe_serialization)
+        encoder = RealmKnowledgeAugEncoder(component_config("RealmKnowledgeAugEncoder"))
+        encoder.load_state_dict(self.encoder.state_dict())
+        paths["encoder"] = os.path.join(save_directory, "encoder")
+        encoder.save_pretrained(paths["encoder"], safe_serialization=safe_serialization)
+        return paths
 
     # ------------------------------------------------------------------------------------------------ retrieval
 
