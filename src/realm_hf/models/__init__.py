@@ -6,6 +6,6 @@ The REALM models, one module per job (import the classes from `realm_hf`; nothin
   `modeling_knowledge_aug`
 - `modeling_openqa` ([`RealmForOpenQA`]) with its parts: `openqa_answers`,
   `reader_inputs`, `retriever_losses`, `provenance` (the answer schema), `retriever_loading`
-- `modeling_pretraining` ([`RealmForPreTraining`], its ICT warm start and component checkpoints) with `pretraining_inputs`
+- `modeling_pretraining` ([`RealmForPreTraining`], its inputs, ICT warm start and component checkpoints)
 - `modeling_ict` ([`RealmForInverseClozeTask`], the embedders' warm start; its collator and Trainer are in `training/`)
 """
