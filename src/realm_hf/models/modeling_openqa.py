@@ -19,9 +19,15 @@ from ..user_text import as_question_list, check_max_question_length, check_posit
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
-from .modeling_outputs import RealmForOpenQAOutput
 from .modeling_reader import RealmReader
-from .openqa_answers import best_answer, best_spans, check_finite_reader_logits, collect_answers, read_results
+from .openqa_answers import (
+    RealmForOpenQAOutput,
+    best_answer,
+    best_spans,
+    check_finite_reader_logits,
+    collect_answers,
+    read_results,
+)
 from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Self
 
 import torch
+from transformers.utils import ModelOutput
 
 from ..logging_utils import get_logger
 from ..retrieval.encoding import tokenize_blocks
@@ -19,7 +21,6 @@ from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin, RealmScorer
 from .modeling_ict import RealmForInverseClozeTask
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
-from .modeling_outputs import RealmForPreTrainingOutput
 from .retriever_owner import RetrieverOwnerMixin
 
 logger = get_logger(__name__)
@@ -27,6 +28,46 @@ logger = get_logger(__name__)
 # Block ids in `retrieved_block_ids` that are not corpus blocks.
 NULL_BLOCK_ID = -1
 PADDING_BLOCK_ID = -2
+
+
+@dataclass
+class RealmForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`RealmForPreTraining`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The marginal masked-LM loss: minus the mean over masked tokens of
+            log sum_z p(z|x) p(y_j|z,x), over the candidates z (null document included).
+        logits (`torch.FloatTensor` of shape `(batch_size, num_candidates, joint_length, vocab_size)`, *optional*):
+            Masked-LM logits of each (input, candidate) pair; returned with `return_logits=True` only (large).
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Retrieval logits (query · document, re-scored with the current document embedder); 0 for the null
+            document (candidate 0), a very large negative number for padding candidates.
+        retrieval_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            log p(z|x): `log_softmax` of `relevance_score`.
+        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, num_candidates)`):
+            Corpus id of each candidate: -1 for the null document, -2 for padding (corpus too small).
+        candidate_mlm_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Mean over the input's masked tokens of log p(y_j|z,x) for each candidate (no gradient).
+        retrieval_utility (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            The paper's retrieval utility, log p(y|z,x) - log p(y|null,x), per token (no gradient); 0 for candidate 0.
+        marginal_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            argmax over the vocabulary of sum_z p(z|x) p(y|z,x) at each masked position of the input (positions as in
+            the given `input_ids`), -100 elsewhere. Returned in eval mode or with `return_predictions=True`.
+        null_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            The same with the null document alone, i.e. p(y|null,x): what the encoder predicts without retrieval.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    relevance_score: torch.FloatTensor | None = None
+    retrieval_log_probs: torch.FloatTensor | None = None
+    retrieved_block_ids: torch.LongTensor | None = None
+    candidate_mlm_log_probs: torch.FloatTensor | None = None
+    retrieval_utility: torch.FloatTensor | None = None
+    marginal_predictions: torch.LongTensor | None = None
+    null_predictions: torch.LongTensor | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------------
