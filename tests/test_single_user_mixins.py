@@ -16,10 +16,6 @@ SINGLE_USER_BASES: dict[str, str] = {
     "over an existing retriever (sharing its live store) and names for the BM25 index its store holds",
     "RealmTokenizer": "RealmTokenizerFast is an alias of it under the legacy fast-tokenizer name (transformers 5 has "
     "one tokenizer class), not a second user",
-    # Issue 24, point 3 (not done yet): one retriever-owning capability shared by RealmForOpenQA and
-    # RealmForPreTraining replaces these two halves of one class each.
-    "RealmOpenQADocumentEmbedderMixin": "half of RealmForOpenQA (issue 24, point 3: to merge)",
-    "RealmPreTrainingCheckpointsMixin": "half of RealmForPreTraining (issue 24, point 3: to merge)",
 }
 
 

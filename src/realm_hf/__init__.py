@@ -10,12 +10,12 @@ __version__ = "0.1.0"
 from .models.configuration_realm import RealmConfig  # noqa: E402
 from .models.initialization import init_from_bert, realm_config_from_bert  # noqa: E402
 from .models.modeling_base import RealmPreTrainedModel  # noqa: E402
-from .models.modeling_embedder import RealmEmbedder, RealmScorer  # noqa: E402
+from .models.modeling_embedder import RealmEmbedder, RealmEmbedderOutput, RealmScorer, RealmScorerOutput  # noqa: E402
 from .models.modeling_knowledge_aug import RealmKnowledgeAugEncoder  # noqa: E402
 from .models.modeling_openqa import RealmForOpenQA  # noqa: E402
-from .models.modeling_outputs import RealmEmbedderOutput, RealmForOpenQAOutput, RealmReaderOutput, RealmScorerOutput  # noqa: E402
 from .models.modeling_pretraining import RealmForPreTraining, RealmForPreTrainingOutput  # noqa: E402
-from .models.modeling_reader import RealmReader  # noqa: E402
+from .models.modeling_reader import RealmReader, RealmReaderOutput  # noqa: E402
+from .models.openqa_answers import RealmForOpenQAOutput  # noqa: E402
 from .models.reader_inputs import RealmReaderInputs, build_reader_inputs  # noqa: E402
 from .models.tokenization_realm import RealmTokenizer, RealmTokenizerFast  # noqa: E402
 from .retrieval.retriever import RealmRetriever, RealmSearchOutput  # noqa: E402

@@ -1,14 +1,54 @@
-"""The retrieval side of REALM: the embedder, its projection head, the query-embedder mixin and the scorer."""
+"""The retrieval side of REALM: the embedder, its projection head, the query-embedder mixin, the scorer and their outputs."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
+from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel, _encoder_kwargs
-from .modeling_outputs import RealmEmbedderOutput, RealmScorerOutput
+
+
+@dataclass
+class RealmEmbedderOutput(ModelOutput):
+    """
+    Outputs of [`RealmEmbedder`].
+
+    Args:
+        projected_score (`torch.FloatTensor` of shape `(batch_size, config.retriever_proj_size)`):
+            The retrieval embedding: the projected, layer-normalised [CLS] pooler output.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+            Hidden states of the encoder, when `output_hidden_states=True`.
+        attentions (`tuple(torch.FloatTensor)`, *optional*):
+            Attention weights, when `output_attentions=True`.
+    """
+
+    projected_score: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class RealmScorerOutput(ModelOutput):
+    """
+    Outputs of [`RealmScorer`].
+
+    Args:
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, config.num_candidates)`):
+            Relevance score of each candidate (before softmax).
+        query_score (`torch.FloatTensor` of shape `(batch_size, config.retriever_proj_size)`):
+            Query embeddings.
+        candidate_score (`torch.FloatTensor` of shape `(batch_size, config.num_candidates, config.retriever_proj_size)`):
+            Candidate embeddings.
+    """
+
+    relevance_score: torch.FloatTensor | None = None
+    query_score: torch.FloatTensor | None = None
+    candidate_score: torch.FloatTensor | None = None
 
 
 class RealmScorerProjection(nn.Module):

@@ -1,20 +1,189 @@
-"""REALM pre-training: retrieval-augmented masked language modelling with a learned retriever (Guu et al., 2020)."""
+"""
+REALM pre-training (Guu et al., 2020): retrieval-augmented masked language modelling with a learned retriever,
+`RealmForPreTraining`: its inputs ((masked input, candidate block) pairs joined at the wordpiece-id level), its ICT
+warm start and the legacy component checkpoints (embedder, scorer, encoder).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import dataclass
+from typing import Self
+
 import torch
+from transformers.utils import ModelOutput
 
 from ..logging_utils import get_logger
+from ..retrieval.encoding import tokenize_blocks
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel
-from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin
+from .modeling_embedder import RealmEmbedder, RealmQueryEmbedderMixin, RealmScorer
+from .modeling_ict import RealmForInverseClozeTask
 from .modeling_knowledge_aug import RealmKnowledgeAugEncoder, realm_marginal_mlm_loss
-from .modeling_outputs import RealmForPreTrainingOutput
-from .pretraining_components import RealmPreTrainingCheckpointsMixin
-from .pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 from .retriever_owner import RetrieverOwnerMixin
 
 logger = get_logger(__name__)
+
+# Block ids in `retrieved_block_ids` that are not corpus blocks.
+NULL_BLOCK_ID = -1
+PADDING_BLOCK_ID = -2
+
+
+@dataclass
+class RealmForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`RealmForPreTraining`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The marginal masked-LM loss: minus the mean over masked tokens of
+            log sum_z p(z|x) p(y_j|z,x), over the candidates z (null document included).
+        logits (`torch.FloatTensor` of shape `(batch_size, num_candidates, joint_length, vocab_size)`, *optional*):
+            Masked-LM logits of each (input, candidate) pair; returned with `return_logits=True` only (large).
+        relevance_score (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Retrieval logits (query · document, re-scored with the current document embedder); 0 for the null
+            document (candidate 0), a very large negative number for padding candidates.
+        retrieval_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            log p(z|x): `log_softmax` of `relevance_score`.
+        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, num_candidates)`):
+            Corpus id of each candidate: -1 for the null document, -2 for padding (corpus too small).
+        candidate_mlm_log_probs (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            Mean over the input's masked tokens of log p(y_j|z,x) for each candidate (no gradient).
+        retrieval_utility (`torch.FloatTensor` of shape `(batch_size, num_candidates)`):
+            The paper's retrieval utility, log p(y|z,x) - log p(y|null,x), per token (no gradient); 0 for candidate 0.
+        marginal_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            argmax over the vocabulary of sum_z p(z|x) p(y|z,x) at each masked position of the input (positions as in
+            the given `input_ids`), -100 elsewhere. Returned in eval mode or with `return_predictions=True`.
+        null_predictions (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            The same with the null document alone, i.e. p(y|null,x): what the encoder predicts without retrieval.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    relevance_score: torch.FloatTensor | None = None
+    retrieval_log_probs: torch.FloatTensor | None = None
+    retrieved_block_ids: torch.LongTensor | None = None
+    candidate_mlm_log_probs: torch.FloatTensor | None = None
+    retrieval_utility: torch.FloatTensor | None = None
+    marginal_predictions: torch.LongTensor | None = None
+    null_predictions: torch.LongTensor | None = None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Inputs: (masked input, candidate block) pairs joined at the wordpiece-id level
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def join_inputs_and_blocks(
+    input_ids: torch.LongTensor,
+    block_token_ids: list[list[list[int]]],
+    sep_token_id: int,
+    pad_token_id: int = 0,
+    max_length: int = 512,
+    attention_mask: torch.Tensor | None = None,
+    labels: torch.LongTensor | None = None,
+    mlm_mask: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    r"""
+    Join each masked input with each of its candidate blocks at the wordpiece-id level, without a tokenizer:
+    `[CLS] x [SEP] z [SEP]`, where `[CLS] x [SEP]` is the input exactly as the collator produced it and `z` the
+    block's wordpieces (e.g. `title [SEP] text`), truncated so that the pair fits in `max_length`.
+
+    Because `x` comes first, every masked position keeps the same index in every candidate, so one `labels` row serves
+    all candidates (as [`RealmKnowledgeAugEncoder`] expects).
+
+    Args:
+        input_ids (`torch.LongTensor` of shape `(batch_size, input_length)`):
+            The (masked) inputs, with their special tokens (`[CLS] x [SEP]`).
+        block_token_ids (`list[list[list[int]]]`):
+            For each input, the wordpiece ids of each candidate (no `[CLS]`, no final `[SEP]`); an empty list is the
+            null document (`[CLS] x [SEP] [SEP]`).
+        sep_token_id (`int`): Id of `[SEP]`, appended after each block.
+        pad_token_id (`int`, *optional*, defaults to 0): Padding id.
+        max_length (`int`, *optional*, defaults to 512): Longest joint sequence.
+        attention_mask (`torch.Tensor` of shape `(batch_size, input_length)`, *optional*):
+            Which input positions are real tokens (left or right padding both work); all of them if omitted.
+        labels (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+            Masked-LM targets, -100 where there is nothing to predict.
+        mlm_mask (`torch.Tensor` of shape `(batch_size, input_length)`, *optional*):
+            Positions that count in the loss (defaults to `labels != -100`).
+
+    Returns:
+        `dict` with `input_ids`, `attention_mask`, `token_type_ids` of shape `(batch_size, num_candidates, length)`,
+        where `length` is the longest joint sequence of the batch, `labels` and `mlm_mask` of shape
+        `(batch_size, length)`, and `input_positions` (`list[list[int]]`: for each input, the positions of its tokens
+        in the original `input_ids`, in joint order), for mapping predictions back.
+    """
+    batch_size = input_ids.shape[0]
+    if len(block_token_ids) != batch_size:
+        raise ValueError(f"Got blocks for {len(block_token_ids)} inputs but {batch_size} inputs.")
+    num_candidates = len(block_token_ids[0])
+    if any(len(blocks) != num_candidates for blocks in block_token_ids):
+        raise ValueError("Every input needs the same number of candidate blocks.")
+    keep = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+
+    rows, types, joint_labels, joint_mlm, positions = [], [], [], [], []
+    for b in range(batch_size):
+        where = keep[b].nonzero().squeeze(-1)
+        x = input_ids[b, where].tolist()
+        if len(x) + 1 > max_length:
+            raise ValueError(
+                f"Input {b} has {len(x)} wordpieces: no room for a block within max_length={max_length}. Shorten the "
+                "inputs or raise the joint length."
+            )
+        positions.append(where.tolist())
+        if labels is not None:
+            example_labels = labels[b, where]
+            counted = example_labels != -100
+            if mlm_mask is not None:
+                counted = counted & mlm_mask[b, where].bool()
+            joint_labels.append(example_labels.tolist())
+            joint_mlm.append(counted.long().tolist())
+        room = max_length - len(x) - 1
+        for block in block_token_ids[b]:
+            z = list(block[:room])
+            rows.append(x + z + [sep_token_id])
+            types.append([0] * len(x) + [1] * (len(z) + 1))
+
+    length = max(len(row) for row in rows)
+    ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    token_types = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, (row, row_types) in enumerate(zip(rows, types)):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+        token_types[i, : len(row)] = torch.tensor(row_types, dtype=torch.long)
+    device = input_ids.device
+    out = {
+        "input_ids": ids.view(batch_size, num_candidates, length).to(device),
+        "attention_mask": mask.view(batch_size, num_candidates, length).to(device),
+        "token_type_ids": token_types.view(batch_size, num_candidates, length).to(device),
+        "input_positions": positions,
+    }
+    if labels is not None:
+        out_labels = torch.full((batch_size, length), -100, dtype=torch.long)
+        out_mlm = torch.zeros((batch_size, length), dtype=torch.long)
+        for b in range(batch_size):
+            out_labels[b, : len(joint_labels[b])] = torch.tensor(joint_labels[b], dtype=torch.long)
+            out_mlm[b, : len(joint_mlm[b])] = torch.tensor(joint_mlm[b], dtype=torch.long)
+        out["labels"] = out_labels.to(device)
+        out["mlm_mask"] = out_mlm.to(device)
+    return out
+
+
+def encode_blocks(tokenizer, titles: list[str | None], texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+    r"""
+    Tokenize blocks exactly as the retriever embeds them ([`~realm_hf.retrieval.encoding.embed_blocks`]):
+    `tokenizer(title, text, truncation=True, max_length=max_length)`, i.e. `[CLS] title [SEP] text [SEP]` (an empty
+    title gives `[CLS] [SEP] text [SEP]`). Re-scoring must see the same inputs as indexing, or the fresh scores and
+    the index disagree for reasons other than training.
+
+    Returns:
+        `dict` with `input_ids`, `attention_mask`, `token_type_ids` of shape `(num_blocks, longest)`.
+    """
+    encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length, padding=True, return_tensors="pt")
+    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
 
 
 def _config_value(config, name, default):
@@ -22,9 +191,23 @@ def _config_value(config, name, default):
     return default if value is None else value
 
 
-class RealmForPreTraining(
-    RealmPreTrainingCheckpointsMixin, RetrieverOwnerMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel
-):
+def _checkpoint_architectures(path: str) -> list[str]:
+    config_file = os.path.join(path, "config.json")
+    if not os.path.exists(config_file):
+        return []
+    with open(config_file) as f:
+        return json.load(f).get("architectures") or []
+
+
+def _load_embedder(path: str | os.PathLike) -> RealmEmbedder:
+    """A [`RealmEmbedder`] from an embedder or a scorer checkpoint directory (the scorer's `embedder.*`)."""
+    path = str(path)
+    if "RealmScorer" in _checkpoint_architectures(path):
+        return RealmScorer.from_pretrained(path).embedder
+    return RealmEmbedder.from_pretrained(path)
+
+
+class RealmForPreTraining(RetrieverOwnerMixin, RealmQueryEmbedderMixin, RealmPreTrainedModel):
     r"""
     REALM pre-training (Guu et al., 2020): a masked language model that retrieves from a knowledge corpus and learns
     the retriever through the masked-LM loss.
@@ -134,6 +317,129 @@ class RealmForPreTraining(
         if tokenizer is None:
             raise ValueError("RealmForPreTraining needs a tokenizer for the blocks: pass `tokenizer=` or attach one.")
         return tokenizer
+
+    # ------------------------------------------------------------------------------------------------ ICT warm start
+
+    def load_ict_embedders(self, ict_model_or_path) -> Self:
+        r"""
+        Initialise both embedders from an Inverse Cloze Task warm start ([`RealmForInverseClozeTask`], a directory it
+        was saved to, or a directory written by its `export_embedders`), as REALM does before pre-training.
+
+        With a shared embedder here and separate ICT embedders, the ICT *document* embedder is used (it is the one
+        that builds the index), with a warning. The embedders' `retriever_pooling` becomes the ICT model's, since
+        the weights were trained with it.
+        """
+
+        if isinstance(ict_model_or_path, (str, os.PathLike)):
+            path = str(ict_model_or_path)
+            if os.path.isdir(os.path.join(path, "embedder")):
+                document = RealmEmbedder.from_pretrained(os.path.join(path, "embedder"))
+                query_dir = os.path.join(path, "query_embedder")
+                query = RealmEmbedder.from_pretrained(query_dir) if os.path.isdir(query_dir) else document
+            else:
+                ict = RealmForInverseClozeTask.from_pretrained(path)
+                document, query = ict.embedder, ict.query_embedder
+        else:
+            document, query = ict_model_or_path.embedder, ict_model_or_path.query_embedder
+        pooling = document.config.retriever_pooling
+        if pooling != self.config.retriever_pooling:
+            # The weights only mean what ICT taught them under the pooling it trained them with.
+            logger.info("Taking the ICT embedders' retriever_pooling=%r with their weights.", pooling)
+            for config in {id(m.config): m.config for m in self.modules() if hasattr(m, "config")}.values():
+                config.retriever_pooling = pooling
+        self.embedder.load_state_dict(document.state_dict())
+        if not self.shares_query_document_embedder:
+            self.query_embedder.load_state_dict(query.state_dict())
+        elif query is not document:
+            logger.warning(
+                "The ICT model has separate query and document embedders but this model shares one: using the ICT "
+                "document embedder for both."
+            )
+        return self
+
+    # ------------------------------------------------------------------------------------- component checkpoints
+
+    @classmethod
+    def from_legacy_checkpoints(
+        cls,
+        embedder_or_scorer_dir: str | os.PathLike,
+        encoder_dir: str | os.PathLike,
+        query_embedder_dir: str | os.PathLike | None = None,
+        retriever=None,
+        tokenizer=None,
+        **config_overrides,
+    ) -> Self:
+        r"""
+        Build a pre-training model from the legacy component checkpoints, e.g.
+        `google/realm-cc-news-pretrained-embedder` (or `-scorer`) and `google/realm-cc-news-pretrained-encoder`.
+
+        Args:
+            embedder_or_scorer_dir (`str` or `os.PathLike`):
+                A [`RealmEmbedder`] directory (keys `realm.*`, `cls.*`) or a [`RealmScorer`] directory (keys
+                `embedder.*`, the query and document embedders being one module): the document embedder, also used
+                as the query embedder unless `query_embedder_dir` is given.
+            encoder_dir (`str` or `os.PathLike`): A [`RealmKnowledgeAugEncoder`] directory.
+            query_embedder_dir (`str` or `os.PathLike`, *optional*):
+                A separate query [`RealmEmbedder`]; sets `share_query_document_embedder=False`.
+            retriever, tokenizer (*optional*): Attached to the model.
+            **config_overrides: Set on the config (e.g. `num_candidates=8`, `max_joint_length=...`).
+        """
+        embedder = _load_embedder(embedder_or_scorer_dir)
+        encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_dir)
+        config = RealmConfig.from_dict(encoder.config.to_dict())
+        config.architectures = [cls.__name__]
+        config.share_query_document_embedder = query_embedder_dir is None
+        for key, value in config_overrides.items():
+            setattr(config, key, value)
+        model = cls(config, retriever=retriever, tokenizer=tokenizer)
+        model.embedder.load_state_dict(embedder.state_dict())
+        model.encoder.load_state_dict(encoder.state_dict())
+        if query_embedder_dir is not None:
+            model.query_embedder.load_state_dict(_load_embedder(query_embedder_dir).state_dict())
+        return model
+
+    def export_components(self, save_directory: str | os.PathLike, safe_serialization: bool = True) -> dict[str, str]:
+        r"""
+        Write the parts as standalone checkpoints with the legacy layouts and keys, loadable on their own:
+
+        - `embedder/`: the document embedder, a [`RealmEmbedder`] (keys `realm.*`, `cls.*`): what builds the index,
+          and what [`RealmForOpenQA`] / ORQA fine-tuning starts from;
+        - `query_embedder/`: the query [`RealmEmbedder`] (only when separate);
+        - `scorer/`: a [`RealmScorer`] (keys `embedder.*`, like `realm-cc-news-pretrained-scorer`); with separate
+          embedders it holds the document embedder, and `RealmScorer.from_pretrained(path,
+          query_embedder=RealmEmbedder.from_pretrained(query_embedder/))` restores the pair;
+        - `encoder/`: the [`RealmKnowledgeAugEncoder`] (keys `realm.*`, `cls.predictions.*`).
+
+        Returns:
+            `dict` mapping each component name to its directory.
+        """
+        save_directory = str(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        paths = {}
+
+        def component_config(architecture: str) -> RealmConfig:
+            config = RealmConfig.from_dict(self.config.to_dict())
+            config.architectures = [architecture]
+            return config
+
+        embedder = RealmEmbedder(component_config("RealmEmbedder"))
+        embedder.load_state_dict(self.embedder.state_dict())
+        paths["embedder"] = os.path.join(save_directory, "embedder")
+        embedder.save_pretrained(paths["embedder"], safe_serialization=safe_serialization)
+        if not self.shares_query_document_embedder:
+            query = RealmEmbedder(component_config("RealmEmbedder"))
+            query.load_state_dict(self.query_embedder.state_dict())
+            paths["query_embedder"] = os.path.join(save_directory, "query_embedder")
+            query.save_pretrained(paths["query_embedder"], safe_serialization=safe_serialization)
+        scorer = RealmScorer(component_config("RealmScorer"))
+        scorer.embedder.load_state_dict(self.embedder.state_dict())
+        paths["scorer"] = os.path.join(save_directory, "scorer")
+        scorer.save_pretrained(paths["scorer"], safe_serialization=safe_serialization)
+        encoder = RealmKnowledgeAugEncoder(component_config("RealmKnowledgeAugEncoder"))
+        encoder.load_state_dict(self.encoder.state_dict())
+        paths["encoder"] = os.path.join(save_directory, "encoder")
+        encoder.save_pretrained(paths["encoder"], safe_serialization=safe_serialization)
+        return paths
 
     # ------------------------------------------------------------------------------------------------ retrieval
 

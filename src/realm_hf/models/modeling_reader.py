@@ -1,14 +1,64 @@
-"""The REALM reader: span scoring of (question, block) pairs, its projection head, span helpers and losses."""
+"""The REALM reader: span scoring of (question, block) pairs, its output, projection head, span helpers and losses."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead
+from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel, _encoder_kwargs
-from .modeling_outputs import RealmReaderOutput
+
+
+@dataclass
+class RealmReaderOutput(ModelOutput):
+    """
+    Outputs of [`RealmReader`]. For the legacy single-question input (2-D `input_ids`) the predictions are scalars as
+    in the legacy port; for batched input (3-D `input_ids`) they have a leading `batch_size` dimension.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            Mean over questions of retriever loss + reader loss (when gold positions are given).
+        retriever_loss (`torch.FloatTensor`, *optional*):
+            Marginal log-likelihood loss of the retrieval scores over the blocks that contain an answer.
+        reader_loss (`torch.FloatTensor`, *optional*):
+            Marginal log-likelihood loss of the span scores over the gold spans.
+        retriever_correct (`torch.BoolTensor` of shape `([batch_size,] searcher_beam_size)`, *optional*):
+            Whether each block contains an answer.
+        reader_correct (`torch.BoolTensor` of shape `([batch_size,] reader_beam_size, num_candidates)`, *optional*):
+            Whether each span candidate is a gold span.
+        block_idx (`torch.LongTensor`):
+            Index (among the read blocks) of the block holding the best span.
+        candidate (`torch.LongTensor`):
+            Index of the best span candidate.
+        start_pos (`torch.LongTensor`):
+            Start of the best span in the reader input.
+        end_pos (`torch.LongTensor`):
+            End (inclusive) of the best span in the reader input.
+        reader_logits (`torch.FloatTensor` of shape `([batch_size,] reader_beam_size, num_candidates)`):
+            Span scores (retrieval score of the block added), masked outside the block.
+        candidate_starts, candidate_ends (`torch.LongTensor` of shape `(num_candidates,)`):
+            Start and end position of each span candidate.
+        hidden_states, attentions: As in [`RealmEmbedderOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    retriever_loss: torch.FloatTensor | None = None
+    reader_loss: torch.FloatTensor | None = None
+    retriever_correct: torch.BoolTensor | None = None
+    reader_correct: torch.BoolTensor | None = None
+    block_idx: torch.LongTensor | None = None
+    candidate: torch.LongTensor | None = None
+    start_pos: torch.LongTensor | None = None
+    end_pos: torch.LongTensor | None = None
+    reader_logits: torch.FloatTensor | None = None
+    candidate_starts: torch.LongTensor | None = None
+    candidate_ends: torch.LongTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 def _mask_to_score(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -9,12 +9,64 @@ each question, its block, and every retrieved block with its retrieval score).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+from transformers.utils import ModelOutput
 
-from .modeling_outputs import RealmForOpenQAOutput, RealmReaderOutput
+from .modeling_reader import RealmReaderOutput
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs
+
+
+@dataclass
+class RealmForOpenQAOutput(ModelOutput):
+    """
+    Outputs of [`RealmForOpenQA`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The legacy marginal loss (retriever + reader), averaged over questions, when answers are given.
+        reader_output ([`RealmReaderOutput`]):
+            The reader's output for the whole batch.
+        predicted_answer_ids (`torch.LongTensor` or `list[torch.LongTensor]`):
+            Wordpiece ids of each predicted answer. For a single question this is one tensor, as in the legacy port.
+        predicted_answers (`list[str]`):
+            Each predicted answer, cut from its block's original text (casing and punctuation kept).
+        answer_scores (`torch.FloatTensor` of shape `(batch_size,)`):
+            Score of each predicted answer (span logit + retrieval score of its block).
+        answer_block_ids (`torch.LongTensor` of shape `(batch_size,)`):
+            Corpus id of the block each answer was read from.
+        answer_char_spans (`list[tuple[int, int]]`):
+            Character offsets `(start, end)` of each answer in its block's text.
+        retrieved_block_ids (`torch.LongTensor` of shape `(batch_size, k)`):
+            Corpus ids of the retrieved blocks, best first.
+        retrieved_scores (`torch.FloatTensor` of shape `(batch_size, k)`):
+            Retrieval scores (question · block inner products) of the retrieved blocks.
+        retrieved_blocks (`list[list[dict]]`):
+            The retrieved blocks (`block_id`, `title`, `text`, `score` and the corpus's other columns): the answers'
+            provenance.
+        reader_input_ids (`torch.LongTensor` of shape `(batch_size, num_read_blocks, sequence_length)`):
+            The reader's (question, block) pairs as the forward tokenized them, so that a caller can cut answers from
+            other spans than the best one without tokenizing the pairs again.
+        reader_offset_mapping (`torch.LongTensor` of shape `(batch_size, num_read_blocks, seq_len, 2)`, *optional*):
+            Character offsets of each token of `reader_input_ids` in its segment (question or block text); `None`
+            with a slow tokenizer.
+    """
+
+    loss: torch.FloatTensor | None = None
+    reader_output: RealmReaderOutput | None = None
+    predicted_answer_ids: Any = None
+    predicted_answers: list[str] | None = None
+    answer_scores: torch.FloatTensor | None = None
+    answer_block_ids: torch.LongTensor | None = None
+    answer_char_spans: list[tuple[int, int]] | None = None
+    retrieved_block_ids: torch.LongTensor | None = None
+    retrieved_scores: torch.FloatTensor | None = None
+    retrieved_blocks: list[list[dict]] | None = None
+    reader_input_ids: torch.LongTensor | None = None
+    reader_offset_mapping: torch.LongTensor | None = None
 
 
 def check_finite_reader_logits(reader_logits: torch.Tensor) -> None:

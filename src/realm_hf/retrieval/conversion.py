@@ -6,16 +6,13 @@ streamed: at google/realm-orqa-nq-openqa's 13,353,718 blocks, no step holds all 
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import shutil
-import struct
 import uuid
 
 import datasets
-import faiss
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,7 +24,7 @@ from ..constants import CORPUS_DIR, INDEX_NAME, LEGACY_BLOCK_RECORDS, TOKENIZER_
 from ..file_utils import staged_save
 from ..progress import progress_bar
 from .encoding import fingerprint_module
-from .index import adjust_factory_for_size, build_index, can_relabel, check_finite, new_index, strip_idmap
+from .index import BlockIndex
 from .legacy import (
     RECORD_CHUNK_ROWS,
     LegacyBlockEmb,
@@ -91,10 +88,10 @@ def write_legacy_retriever(
     """
     Write the retriever directory of a legacy `RealmForOpenQA` checkpoint into `output_dir` (all at once or not at
     all, like [`RealmRetriever.save_pretrained`], whose layout it writes), streaming: the block texts are read from
-    the pickle `chunk_rows` at a time without unpickling it ([`legacy_records.iter_record_chunks`]; a file laid out
+    the pickle `chunk_rows` at a time without unpickling it ([`legacy.iter_record_chunks`]; a file laid out
     otherwise is read with `np.load`), the `block_emb` rows from the memory-mapped weights, and each chunk is written
-    to the Arrow (or Parquet) corpus shards at once. A `Flat` index is written straight into its file from the same
-    chunks (no in-memory FAISS copy); other index types are trained and filled chunk by chunk.
+    to the Arrow (or Parquet) corpus shards at once. The index is written from the same chunks by
+    [`BlockIndex.write_streamed`] (a `Flat` one straight into its file, with no in-memory FAISS copy).
 
     The result is what `RealmRetriever.from_legacy(legacy_dir, ...).save_pretrained(output_dir)` writes: block id =
     doc id = legacy row, empty titles, the exact legacy vectors (`tests/test_convert_streaming.py`).
@@ -301,62 +298,12 @@ def _write_index(path, factory, block_emb, num_blocks, dim, train_size, chunk_ro
             yield emb, np.arange(start, start + len(emb), dtype=np.int64)
             start += len(emb)
 
-    if strip_idmap(factory) == "Flat" and flat_file_layout_matches(dim):
-        write_flat_index(path, dim, num_blocks, chunks)
-        return factory, "row"
-    # As `BlockIndex.from_matrix` builds it (same lists, same random training sample), reading rows from the file.
-    factory = adjust_factory_for_size(factory, num_blocks)
+    # As `BlockIndex.from_matrix` samples (same random training sample), reading the rows from the file.
     rng = np.random.default_rng(0)
 
     def sample(size: int) -> np.ndarray:
         return block_emb.take(np.sort(rng.choice(num_blocks, size=size, replace=False)))
 
-    index = build_index(factory, dim, chunks, num_blocks, train_sample=sample, train_size=train_size)
-    faiss.write_index(index, path)
-    return factory, "row" if can_relabel(index) else "block_id"
-
-
-def _index_header(fourcc: bytes, dim: int, ntotal: int) -> bytes:
-    # faiss's `write_index_header`: d, ntotal, two unused 2**20, is_trained, metric (inner product = 0).
-    return fourcc + struct.pack("<iqqq?i", dim, ntotal, 1 << 20, 1 << 20, True, faiss.METRIC_INNER_PRODUCT)
-
-
-def write_flat_index(path: str, dim: int, ntotal: int, chunks) -> None:
-    """
-    Write the file `faiss.write_index` writes for a `Flat` inner-product index wrapped in `IndexIDMap` (realm-hf's
-    `Flat`), from `(embeddings, ids)` chunks, without building the index in memory: the IDMap header, the flat index
-    header, the float32 codes in order, then the ids. Every chunk passes the finiteness check of `add_embeddings`.
-    """
-    with open(path, "wb") as f:
-        _write_flat(f, dim, ntotal, chunks)
-
-
-def _write_flat(f, dim: int, ntotal: int, chunks) -> None:
-    f.write(_index_header(b"IxMp", dim, ntotal) + _index_header(b"IxFI", dim, ntotal))
-    f.write(struct.pack("<Q", ntotal * dim))
-    ids, written = [], 0
-    for emb, chunk_ids in chunks():
-        emb = np.ascontiguousarray(emb, dtype=np.float32)
-        check_finite(emb, chunk_ids)
-        f.write(emb.tobytes())
-        ids.append(np.asarray(chunk_ids, dtype=np.int64))
-        written += len(emb)
-    if written != ntotal:
-        raise ValueError(f"Got {written} vectors for an index of {ntotal}.")
-    f.write(struct.pack("<Q", ntotal))
-    for part in ids:
-        f.write(part.tobytes())
-
-
-def flat_file_layout_matches(dim: int) -> bool:
-    """Whether [`write_flat_index`] writes byte for byte what this faiss writes (checked on three vectors)."""
-    vectors = np.arange(3 * dim, dtype=np.float32).reshape(3, dim)
-    labels = np.array([0, 1, 2], dtype=np.int64)
-    index = new_index("Flat", dim)
-    index.add_with_ids(vectors, labels)
-    probe = io.BytesIO()
-    _write_flat(probe, dim, 3, lambda: iter([(vectors, labels)]))
-    if probe.getvalue() == faiss.serialize_index(index).tobytes():
-        return True
-    logger.warning("This faiss writes Flat indexes differently: building the index in memory instead.")
-    return False
+    return BlockIndex.write_streamed(
+        path, factory, dim, chunks, num_blocks, train_sample=sample, train_size=train_size
+    )

@@ -1,4 +1,5 @@
-"""FAISS inner-product indexes over block embeddings: build from a factory string with stable ids, search, GPU, read.
+"""FAISS inner-product indexes over block embeddings: build from a factory string with stable ids, search, GPU, read,
+write (a Flat index streamed into its file).
 
 All indexes are maximum-inner-product indexes (`faiss.METRIC_INNER_PRODUCT`), the relevance score of REALM.
 """
@@ -6,8 +7,10 @@ All indexes are maximum-inner-product indexes (`faiss.METRIC_INNER_PRODUCT`), th
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
+import struct
 import threading
 from collections.abc import Callable, Iterator
 
@@ -438,6 +441,57 @@ def build_index_from_matrix(factory: str, embeddings: np.ndarray, ids: np.ndarra
     return index, factory
 
 
+# -- A Flat index streamed into its file ------------------------------------------------------------------------------
+# A converted legacy corpus (13M x 128 float32 at google/realm-orqa-nq-openqa) is written chunk by chunk in FAISS's own
+# file format, so the 6.8 GB of codes are never held in memory beside the memory-mapped source.
+
+
+def _index_header(fourcc: bytes, dim: int, ntotal: int) -> bytes:
+    # faiss's `write_index_header`: d, ntotal, two unused 2**20, is_trained, metric (inner product = 0).
+    return fourcc + struct.pack("<iqqq?i", dim, ntotal, 1 << 20, 1 << 20, True, faiss.METRIC_INNER_PRODUCT)
+
+
+def write_flat_index(path: str, dim: int, ntotal: int, chunks) -> None:
+    """
+    Write the file `faiss.write_index` writes for a `Flat` inner-product index wrapped in `IndexIDMap` (realm-hf's
+    `Flat`), from `(embeddings, ids)` chunks, without building the index in memory: the IDMap header, the flat index
+    header, the float32 codes in order, then the ids. Every chunk passes the finiteness check of `add_embeddings`.
+    """
+    with open(path, "wb") as f:
+        _write_flat(f, dim, ntotal, chunks)
+
+
+def _write_flat(f, dim: int, ntotal: int, chunks) -> None:
+    f.write(_index_header(b"IxMp", dim, ntotal) + _index_header(b"IxFI", dim, ntotal))
+    f.write(struct.pack("<Q", ntotal * dim))
+    ids, written = [], 0
+    for emb, chunk_ids in chunks():
+        emb = np.ascontiguousarray(emb, dtype=np.float32)
+        check_finite(emb, chunk_ids)
+        f.write(emb.tobytes())
+        ids.append(np.asarray(chunk_ids, dtype=np.int64))
+        written += len(emb)
+    if written != ntotal:
+        raise ValueError(f"Got {written} vectors for an index of {ntotal}.")
+    f.write(struct.pack("<Q", ntotal))
+    for part in ids:
+        f.write(part.tobytes())
+
+
+def flat_file_layout_matches(dim: int) -> bool:
+    """Whether [`write_flat_index`] writes byte for byte what this faiss writes (checked on three vectors)."""
+    vectors = np.arange(3 * dim, dtype=np.float32).reshape(3, dim)
+    labels = np.array([0, 1, 2], dtype=np.int64)
+    index = new_index("Flat", dim)
+    index.add_with_ids(vectors, labels)
+    probe = io.BytesIO()
+    _write_flat(probe, dim, 3, lambda: iter([(vectors, labels)]))
+    if probe.getvalue() == faiss.serialize_index(index).tobytes():
+        return True
+    logger.warning("This faiss writes Flat indexes differently: building the index in memory instead.")
+    return False
+
+
 class BlockIndex:
     """
     A FAISS inner-product index whose ids are block ids, with where it lives: on CPU or GPU, and, when memory-mapped,
@@ -491,6 +545,23 @@ class BlockIndex:
         dim = corpus.dim if corpus.dim is not None else int(corpus.embedding_rows(slice(0, 1)).shape[1])
         chunks = corpus.iter_embeddings()
         return cls(build_index(factory, dim, chunks, len(corpus), sample, train_size), factory)
+
+    @classmethod
+    def from_chunks(
+        cls,
+        factory: str,
+        dim: int,
+        chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+        num_vectors: int,
+        train_sample: Callable[[int], np.ndarray] | None = None,
+        train_size: int | None = None,
+    ) -> BlockIndex:
+        """
+        An index of type `factory` filled from `(embeddings, ids)` chunks (IVF lists adjusted to `num_vectors`), so
+        that the vectors never have to be in RAM twice: see [`build_index`] for the arguments.
+        """
+        factory = adjust_factory_for_size(factory, num_vectors)
+        return cls(build_index(factory, dim, chunks, num_vectors, train_sample, train_size), factory)
 
     # -- What it is -----------------------------------------------------------------------------------------------
 
@@ -612,13 +683,18 @@ class BlockIndex:
 
     # -- Saving and loading ---------------------------------------------------------------------------------------
 
-    def save(self, path: str, rows: Callable[[np.ndarray], np.ndarray]) -> str:
+    def save(self, path: str, rows: Callable[[np.ndarray], np.ndarray] | None) -> str:
         """
         Write the index to `path` with labels = corpus rows (`rows(block_ids)`), so that datasets' own FAISS API
         (`load_from_disk` + `load_faiss_index` + `get_nearest_examples`) finds the right rows. Returns the manifest's
         `index_labels`: `"row"`, or `"block_id"` for an index type that cannot be relabelled (written as it is).
+        `rows=None` says the block ids are the corpus rows already (a converted legacy corpus): the index is written as
+        it is, without a relabelled copy.
         """
         index = index_to_cpu(self.index)
+        if rows is None:
+            faiss.write_index(index, path)
+            return "row" if can_relabel(index) else "block_id"
         if not can_relabel(index):
             logger.warning(
                 "The %s index cannot be relabelled with corpus rows: %s keeps block ids as labels (`index_labels: "
@@ -631,6 +707,33 @@ class BlockIndex:
             return "block_id"
         faiss.write_index(relabeled_for_writing(index, rows), path)
         return "row"
+
+    @classmethod
+    def write_streamed(
+        cls,
+        path: str,
+        factory: str,
+        dim: int,
+        chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+        num_vectors: int,
+        train_sample: Callable[[int], np.ndarray] | None = None,
+        train_size: int | None = None,
+    ) -> tuple[str, str]:
+        """
+        Write an index of type `factory` over `(embeddings, ids)` chunks whose ids are their corpus rows straight to
+        `path`, as [`~BlockIndex.save`] writes it, for a corpus too large to hold twice (`realm-hf convert`). A `Flat`
+        index is streamed into the file chunk by chunk ([`write_flat_index`]: never held in memory); other types are
+        built with [`~BlockIndex.from_chunks`], then saved.
+
+        Returns:
+            `(index_type, index_labels)`: the factory string used (IVF lists adjusted to `num_vectors`) and the
+            manifest's `index_labels`.
+        """
+        if strip_idmap(factory) == "Flat" and flat_file_layout_matches(dim):
+            write_flat_index(path, dim, num_vectors, chunks)
+            return factory, "row"
+        index = cls.from_chunks(factory, dim, chunks, num_vectors, train_sample=train_sample, train_size=train_size)
+        return index.index_type, index.save(path, rows=None)
 
     def following_file(self, path: str, row_ids: np.ndarray | None) -> BlockIndex:
         """
