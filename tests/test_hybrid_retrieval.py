@@ -180,3 +180,36 @@ def test_model_saved_with_a_hybrid_retriever_loads_it_back(tmp_path):
         [b["block_id"] for b in a["retrieved"]] for a in want
     ]
     assert [a["answer"] for a in got] == [a["answer"] for a in want]
+
+
+def test_evaluation_recall_counts_what_the_hybrid_retriever_returns():
+    """recall@k deeper than the reader beam is measured with the question texts, as the model answers: hybrid too."""
+    import datasets
+
+    from realm_hf.metrics import has_answer
+    from realm_hf.training.openqa import evaluate_openqa
+
+    model = make_model(train_document_embedder=False)
+    blocks = all_blocks(model.retriever)
+    # One question per block, made of its first words; its answer, the block's last two words.
+    rows = [
+        {"question": " ".join(b["text"].split()[:8]), "answers": [" ".join(b["text"].split()[-2:])]} for b in blocks
+    ]
+    hybrid = HybridRealmRetriever(model.retriever, mode="rrf", sparse_k=1)
+    model.set_retriever(hybrid)
+    k = model.config.reader_beam_size + 1  # deeper than the blocks the reader reads
+    tokenizer = hybrid.tokenizer
+    encoded = tokenizer([r["question"] for r in rows], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        queries = model.eval().embed_questions(**encoded)
+
+    def recall(search):
+        return np.mean(
+            [any(has_answer(b["text"], r["answers"]) for b in bl[:k]) for r, bl in zip(rows, search.blocks)]
+        )
+
+    expected = recall(hybrid.search(queries, k, questions=[r["question"] for r in rows]))
+    dense_only = recall(hybrid.search(queries, k))
+    assert expected != dense_only  # the case tells the two apart
+    result = evaluate_openqa(model, datasets.Dataset.from_list(rows), recall_ks=(1, k), show_progress=False)
+    assert result[f"recall@{k}"] == pytest.approx(expected)

@@ -198,7 +198,8 @@ def evaluate_openqa(
                 embeddings = model.embed_questions(
                     inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
                 )
-                search = retriever.search(embeddings, max_k)
+                # With the question texts, as `answer()` searches: a hybrid retriever adds its BM25 candidates.
+                search = retriever.search(embeddings, max_k, questions=chunk)
                 for i, blocks in zip(rows, search.blocks):
                     retrieved_texts[i] = [block["text"] for block in blocks]
     finally:
