@@ -188,6 +188,10 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     assert "CC BY-SA 4.0" in card and "cc-by-sa-4.0" in card
     model = RealmForOpenQA.from_pretrained(model_dir)
     assert len(model.retriever) >= 12
+    # The default answering retrieval is hybrid, and the saved model brings its BM25 index back.
+    from realm_hf.retrieval.sparse import HybridRealmRetriever
+
+    assert isinstance(model.retriever, HybridRealmRetriever) and model.retriever.mode == "rrf"
     # A second run reuses the saved model and answers again.
     assert demo_wikipedia.main(argv[:6]) == 0
     assert "Reusing the model saved" in capsys.readouterr().out
