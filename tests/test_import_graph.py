@@ -395,9 +395,6 @@ def test_import_order_allows_what_python_allows(tmp_path):
     assert _first_import_failures(modules) == {}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hub.trainer_cards imported first: training's __init__ takes its mixin half-run"
-)
 def test_every_module_imports_first_in_a_fresh_interpreter():
     failures = _first_import_failures(_modules())
     assert not failures, "\n".join(f"import {first}: {why}" for first, why in failures.items())

@@ -3,15 +3,14 @@ Training utilities for REALM: collators, the re-index callback, the Trainers (Op
 each writes realm-hf's model card) and the ICT warm start.
 """
 
-from ..hub.trainer_cards import RealmModelCardMixin
 from ..models.modeling_ict import RealmForInverseClozeTask
 from .callbacks import RealmReindexCallback
-from .checkpoint_state import RealmCheckpointMixin
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
 from .optimization import freeze_lower_layers, two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
+from .saving import RealmCheckpointMixin, RealmModelCardMixin
 
 __all__ = [
     "DataCollatorForInverseClozeTask",

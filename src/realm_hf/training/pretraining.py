@@ -6,9 +6,9 @@ from typing import Any
 
 from transformers import Trainer
 
-from ..hub.trainer_cards import RealmModelCardMixin, data_columns
 from .callbacks import RealmReindexCallback
 from .masking import DataCollatorForSalientSpanMasking
+from .saving import RealmModelCardMixin, data_columns
 
 # Columns that name the block(s) an input was cut from: what keeps REALM from retrieving it (no trivial retrieval).
 SOURCE_BLOCK_COLUMNS = ("block_id", "source_block_ids", "source_block_id")

@@ -22,9 +22,9 @@ from transformers import Trainer
 from ..metrics import has_answer, normalize_answer
 from ..models.reader_inputs import build_reader_inputs, tokenize_answers
 from ..sentences import sentence_spans
-from .checkpoint_state import RealmCheckpointMixin
 from .masking import salient_spans
 from .openqa import keep_data_columns
+from .saving import RealmCheckpointMixin
 
 __all__ = [
     "DataCollatorForReaderWarmup",

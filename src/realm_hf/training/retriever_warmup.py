@@ -15,8 +15,8 @@ from transformers import Trainer
 
 from ..models.modeling_reader import _marginal_log_loss
 from ..models.reader_inputs import find_answers_in_token_ids, normalize_answer_ids, tokenize_answers
-from .checkpoint_state import RealmCheckpointMixin
 from .openqa import keep_data_columns
+from .saving import RealmCheckpointMixin
 
 __all__ = ["RealmRetrieverTrainer", "retrieval_loss"]
 
