@@ -13,14 +13,14 @@ from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, MarkReaderTrainedCallback, RealmOpenQATrainer, check_training_questions
 from .optimization import two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
-from .reader_warmup import (
+from .warmups import (
     DataCollatorForReaderWarmup,
     RealmReaderTrainer,
+    RealmRetrieverTrainer,
     add_retrieved_negatives,
     make_cloze_reading_examples,
     make_gold_block_examples,
 )
-from .retriever_warmup import RealmRetrieverTrainer
 
 
 def seed_everything(seed: int, full_determinism: bool = False) -> int:
