@@ -50,7 +50,7 @@ import warnings
 
 import torch
 
-from realm_hf.training.optimization import freeze_lower_layers
+from realm_hf.training import freeze_lower_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

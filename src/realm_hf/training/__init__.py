@@ -8,8 +8,8 @@ from .callbacks import RealmReindexCallback
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
-from .optimization import freeze_lower_layers, two_rate_adamw
 from .pretraining import RealmPreTrainingTrainer
+from .recipes import freeze_lower_layers, two_rate_adamw
 from .saving import RealmCheckpointMixin, RealmModelCardMixin
 
 __all__ = [
