@@ -493,7 +493,7 @@ def run_pretraining(setting: str, args, ctx, seed: int) -> dict:
     from transformers import Trainer
 
     from realm_hf.training import RealmReindexCallback
-    from realm_hf.training.masking import DataCollatorForSalientSpanMasking
+    from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
 
     t = time.perf_counter()
     state, index = ctx["pt_start"][seed]

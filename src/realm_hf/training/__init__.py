@@ -6,9 +6,8 @@ each writes realm-hf's model card) and the ICT warm start.
 from ..models.modeling_ict import RealmForInverseClozeTask
 from .callbacks import RealmReindexCallback
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
-from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
-from .pretraining import RealmPreTrainingTrainer
+from .pretraining import DataCollatorForSalientSpanMasking, RealmPreTrainingTrainer
 from .recipes import freeze_lower_layers, two_rate_adamw
 from .saving import RealmCheckpointMixin, RealmModelCardMixin
 

@@ -14,9 +14,8 @@ from transformers import TrainingArguments, enable_full_determinism, set_seed
 
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
-from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, MarkReaderTrainedCallback, RealmOpenQATrainer, check_training_questions
-from .pretraining import RealmPreTrainingTrainer
+from .pretraining import DataCollatorForSalientSpanMasking, RealmPreTrainingTrainer
 from .warmups import (
     DataCollatorForReaderWarmup,
     RealmReaderTrainer,

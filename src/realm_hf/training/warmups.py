@@ -37,8 +37,8 @@ from ..models.reader_inputs import (
     tokenize_answers,
 )
 from ..sentences import sentence_spans
-from .masking import salient_spans
 from .openqa import keep_data_columns
+from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
 
 __all__ = [
