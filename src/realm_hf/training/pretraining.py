@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase, Trainer
 from ..logging_utils import warn
 from ..models.tokenization_realm import tokenizer_call
 from .callbacks import RealmReindexCallback
-from .saving import RealmModelCardMixin, data_columns
+from .saving import RealmModelCardMixin
 
 __all__ = [
     "DataCollatorForSalientSpanMasking",
@@ -559,6 +559,18 @@ class RealmPreTrainingTrainer(RealmModelCardMixin, Trainer):
         else:
             setup["Index refresh"] = "none (the index stays as built)"
         return setup
+
+
+def data_columns(dataset) -> set[str]:
+    """The columns (keys) of a Trainer dataset: a `datasets` dataset's columns, or the keys of a list's first dict."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None:
+        return set(columns)
+    try:
+        first = dataset[0]
+    except (TypeError, IndexError, KeyError):
+        return set()
+    return set(first) if isinstance(first, dict) else set()
 
 
 def masking_description(collator) -> str:

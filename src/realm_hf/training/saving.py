@@ -39,7 +39,6 @@ __all__ = [
     "save_state",
     "save_training_args_json",
     "RealmModelCardMixin",
-    "data_columns",
     "hub_base_model",
     "last_evaluation",
     "training_results",
@@ -508,15 +507,3 @@ def hub_base_model(model, own_repo: str | None = None) -> str | None:
     except HFValidationError:
         return None
     return name
-
-
-def data_columns(dataset) -> set[str]:
-    """The columns (keys) of a Trainer dataset: a `datasets` dataset's columns, or the keys of a list's first dict."""
-    columns = getattr(dataset, "column_names", None)
-    if columns is not None:
-        return set(columns)
-    try:
-        first = dataset[0]
-    except (TypeError, IndexError, KeyError):
-        return set()
-    return set(first) if isinstance(first, dict) else set()
