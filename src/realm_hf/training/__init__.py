@@ -1,6 +1,6 @@
 """
-Training utilities for REALM: collators, the re-index callback, the Trainers (Open-QA, pre-training, ICT warm start;
-each writes realm-hf's model card) and the ICT warm start.
+Training for REALM: the Trainers (Open-QA, pre-training, the ICT warm start, each writing realm-hf's model card; the
+warm-ups) with their collators, what they save and push, the re-index callback, the optimizers.
 """
 
 from ..models.modeling_ict import RealmForInverseClozeTask
