@@ -350,7 +350,7 @@ class RealmCheckpointMixin:
 class RealmModelCardMixin(RealmCheckpointMixin):
     """
     Gives a [`~transformers.Trainer`] subclass realm-hf's `create_model_card`, which `push_to_hub()` calls, and
-    checkpoints and pushes without pickle ([`~realm_hf.training.saving.RealmCheckpointMixin`]).
+    checkpoints and pushes without pickle ([`RealmCheckpointMixin`]).
 
     A Trainer using it may override [`~RealmModelCardMixin.model_card_setup`] to list its recipe (masking, negatives,
     ...) with the training settings.
