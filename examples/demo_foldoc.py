@@ -136,9 +136,9 @@ def build(args, minilm_dir: str, model_dir: str) -> dict:
     from realm_hf import RealmRetriever, RealmTokenizer
     from realm_hf.data.foldoc import load_foldoc
     from realm_hf.hub.cards import write_model_card
+    from realm_hf.training import freeze_lower_layers, two_rate_adamw
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import RealmOpenQATrainer, evaluate_openqa
-    from realm_hf.training.optimization import freeze_lower_layers, two_rate_adamw
 
     # Before anything random: the fresh heads (retrieval projection, span scorer) and the question draw.
     set_seed(args.seed)

@@ -16,8 +16,8 @@ import torch
 from test_papercuts import QUESTIONS, legacy_model
 from transformers import TrainingArguments
 
-from realm_hf.training.checkpoint_state import load_state, save_state
 from realm_hf.training.openqa import RealmOpenQATrainer
+from realm_hf.training.saving import load_state, save_state
 
 
 def is_pickle(data: bytes) -> bool:
@@ -176,7 +176,7 @@ def test_every_realm_hf_trainer_checkpoints_without_pickle():
     from transformers import Trainer
 
     import realm_hf.training
-    from realm_hf.training.checkpoint_state import RealmCheckpointMixin
+    from realm_hf.training.saving import RealmCheckpointMixin
 
     for module in pkgutil.iter_modules(realm_hf.training.__path__):
         importlib.import_module(f"realm_hf.training.{module.name}")

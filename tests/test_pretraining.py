@@ -314,7 +314,7 @@ def test_trainer_runs(tokenizer, tmp_path):
     torch.manual_seed(0)
     model = RealmForPreTraining(tiny_config(tokenizer), tokenizer=tokenizer)
     model.set_retriever(make_retriever(embed_corpus(model, tokenizer), tokenizer))
-    from realm_hf.training.masking import DataCollatorForSalientSpanMasking
+    from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
 
     # Salient spans as character offsets (FOLDOC-style links); block_id passes through the collator.
     examples = [

@@ -268,7 +268,7 @@ def test_save_and_resume_restore_model_optimizer_and_index(tmp_path):
     _, first = run(tmp_path / "part", stop_at_3=True)
     checkpoint = tmp_path / "part" / "checkpoint-3"
     assert (checkpoint / "retriever" / "retriever_manifest.json").exists()
-    # The optimizer state is saved without pickle (training/checkpoint_state.py), and read back on resume below.
+    # The optimizer state is saved without pickle (training/saving.py), and read back on resume below.
     assert (checkpoint / "optimizer.safetensors").exists() and not (checkpoint / "optimizer.pt").exists()
     saved_index = all_embeddings(first.retriever).clone()
 

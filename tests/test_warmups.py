@@ -1,5 +1,5 @@
 """
-The two warm-up recipes before Open-QA fine-tuning (`realm_hf.training.reader_warmup`, `retriever_warmup`): their
+The two warm-up recipes before Open-QA fine-tuning (`realm_hf.training.warmups`): their
 data, their collator and loss, and that each trains what it should and nothing else, on the tiny legacy fixture.
 """
 
@@ -13,16 +13,16 @@ from transformers import TrainingArguments
 
 from realm_hf import RealmForOpenQA
 from realm_hf.metrics import has_answer, normalize_answer
-from realm_hf.training.reader_warmup import (
+from realm_hf.training.recipes import reader_warmup_examples, reader_warmup_trainer, retriever_warmup_trainer
+from realm_hf.training.warmups import (
     BLANK,
     DataCollatorForReaderWarmup,
     add_retrieved_negatives,
     blank_to_question,
     make_cloze_reading_examples,
     make_gold_block_examples,
+    retrieval_loss,
 )
-from realm_hf.training.recipes import reader_warmup_examples, reader_warmup_trainer, retriever_warmup_trainer
-from realm_hf.training.retriever_warmup import retrieval_loss
 
 LEGACY_OPENQA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "legacy", "openqa")
 BLOCKS = [

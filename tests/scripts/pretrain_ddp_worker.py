@@ -18,7 +18,7 @@ from realm_hf import RealmConfig, RealmTokenizer
 from realm_hf.models.modeling_pretraining import RealmForPreTraining, encode_blocks
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback, document_embedder_of
-from realm_hf.training.masking import DataCollatorForSalientSpanMasking
+from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
 
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 TITLES = ["paris", "cat", "london", "python", "river", "linux", "berlin", "compiler"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
-from ..training.masking import salient_spans
+from ..training.pretraining import salient_spans
 
 __all__ = [
     "ATTRIBUTION",

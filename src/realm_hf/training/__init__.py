@@ -1,17 +1,15 @@
 """
-Training utilities for REALM: collators, the re-index callback, the Trainers (Open-QA, pre-training, ICT warm start;
-each writes realm-hf's model card) and the ICT warm start.
+Training for REALM: the Trainers (Open-QA, pre-training, the ICT warm start, each writing realm-hf's model card; the
+warm-ups) with their collators, what they save and push, the re-index callback, the optimizers.
 """
 
-from ..hub.trainer_cards import RealmModelCardMixin
 from ..models.modeling_ict import RealmForInverseClozeTask
 from .callbacks import RealmReindexCallback
-from .checkpoint_state import RealmCheckpointMixin
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
-from .masking import DataCollatorForSalientSpanMasking
 from .openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa, mark_reader_trained
-from .optimization import freeze_lower_layers, two_rate_adamw
-from .pretraining import RealmPreTrainingTrainer
+from .pretraining import DataCollatorForSalientSpanMasking, RealmPreTrainingTrainer
+from .recipes import freeze_lower_layers, two_rate_adamw
+from .saving import RealmCheckpointMixin, RealmModelCardMixin
 
 __all__ = [
     "DataCollatorForInverseClozeTask",

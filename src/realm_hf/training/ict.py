@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from transformers import Trainer
 
-from ..hub.trainer_cards import RealmModelCardMixin
 from ..logging_utils import get_logger
 from ..models.tokenization_realm import tokenizer_call
 from ..sentences import split_sentences
+from .saving import RealmModelCardMixin
 
 logger = get_logger(__name__)
 

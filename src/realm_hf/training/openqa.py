@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
-from ..hub.trainer_cards import RealmModelCardMixin
 from ..logging_utils import get_logger
 from ..models.tokenization_realm import tokenizer_call
 from ..progress import progress_bar
@@ -20,6 +19,7 @@ from ..user_text import (
     question_text_problems,
     truncate_questions,
 )
+from .saving import RealmModelCardMixin
 
 logger = get_logger(__name__)
 
