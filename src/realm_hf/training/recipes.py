@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from transformers import TrainingArguments, enable_full_determinism, set_seed
 
+from ..user_text import check_positive_int
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .openqa import DataCollatorForOpenQA, MarkReaderTrainedCallback, RealmOpenQATrainer, check_training_questions
@@ -352,9 +353,7 @@ def reader_warmup_examples(
         )
     random.Random(seed).shuffle(examples)
     if max_examples is not None:
-        if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
-            raise ValueError(f"`max_examples` must be a positive integer, got {max_examples!r}.")
-        examples = examples[:max_examples]
+        examples = examples[: check_positive_int(max_examples, "max_examples")]
     if negatives:
         if model is None:
             raise ValueError(

@@ -36,7 +36,9 @@ from ..models.reader_inputs import (
     normalize_answer_ids,
     tokenize_answers,
 )
+from ..models.tokenization_realm import tokenizer_call
 from ..sentences import sentence_spans
+from ..user_text import check_positive_int
 from .openqa import keep_data_columns
 from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
@@ -197,9 +199,7 @@ def add_retrieved_negatives(
     """
     from ..progress import progress_bar
 
-    if int(num_negatives) != num_negatives or num_negatives < 1:
-        raise ValueError(f"`num_negatives` must be a positive integer, got {num_negatives!r}.")
-    num_negatives = int(num_negatives)
+    num_negatives = check_positive_int(num_negatives, "num_negatives")
     retriever = model.require_retriever()
     if retriever.num_blocks <= num_negatives:
         raise ValueError(
@@ -211,43 +211,43 @@ def add_retrieved_negatives(
     # One spare per negative: the context block itself, and a duplicate text, may be among the top blocks.
     k = min(retriever.num_blocks, 2 * num_negatives + 1)
     examples = [dict(example) for example in examples]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            starts = range(0, len(examples), batch_size)
-            for begin in progress_bar(starts, desc="Retrieving negatives", disable=not show_progress):
-                batch = examples[begin : begin + batch_size]
-                encoded = tokenizer(
-                    [e["question"] for e in batch],
-                    padding=True,
-                    truncation=True,
-                    max_length=min(64, max_positions),
-                    return_tensors="pt",
-                )
-                device = next(model.parameters()).device
-                queries = model.embed_questions(**{key: value.to(device) for key, value in encoded.items()})
-                found = retriever.search(queries, k=k, questions=[e["question"] for e in batch])
-                for example, blocks in zip(batch, found.blocks):
-                    texts = [block["text"] for block in blocks if block["text"].strip() != example["context"].strip()]
-                    texts = list(dict.fromkeys(texts))[:num_negatives]
-                    if len(texts) < num_negatives:
-                        raise ValueError(
-                            f"Found only {len(texts)} distinct blocks besides the context of {example['question']!r}; "
-                            f"the corpus repeats its texts. Use fewer negatives."
-                        )
-                    example["negatives"] = texts
-    finally:
-        model.train(was_training)
+    with model.evaluating(), torch.no_grad():
+        for begin in progress_bar(
+            range(0, len(examples), batch_size), desc="Retrieving negatives", disable=not show_progress
+        ):
+            batch = examples[begin : begin + batch_size]
+            questions = [e["question"] for e in batch]
+            encoded = tokenizer_call(
+                tokenizer,
+                questions,
+                padding=True,
+                truncation=True,
+                max_length=min(64, max_positions),
+                return_tensors="pt",
+            ).to(model.device)
+            queries = model.embed_questions(
+                encoded["input_ids"], encoded["attention_mask"], encoded.get("token_type_ids")
+            )
+            found = retriever.search(queries, k=k, questions=questions)
+            for example, blocks in zip(batch, found.blocks):
+                texts = [block["text"] for block in blocks if block["text"].strip() != example["context"].strip()]
+                texts = list(dict.fromkeys(texts))[:num_negatives]
+                if len(texts) < num_negatives:
+                    raise ValueError(
+                        f"Found only {len(texts)} distinct blocks besides the context of {example['question']!r}; "
+                        f"the corpus repeats its texts. Use fewer negatives."
+                    )
+                example["negatives"] = texts
     return examples
 
 
 @dataclass
 class DataCollatorForReaderWarmup:
     """
-    Batches `{"question", "context", "answers"}` examples for [`RealmReader`]: each question paired with its one
-    context as the reader reads a retrieved block (`[CLS] question [SEP] block [SEP]`, cut to `max_length`), with the
-    gold spans marked and a zero retrieval score. An example whose answer was cut off counts for nothing in the loss.
+    Batches `{"question", "context", "answers"}` examples for [`RealmReader`]: each question paired with its context
+    as the reader reads a retrieved block (`[CLS] question [SEP] block [SEP]`, cut to `max_length`), and with its
+    `negatives` too when the examples carry them ([`add_retrieved_negatives`]: one beam per question), with the gold
+    spans marked and zero retrieval scores. An example whose answer was cut off counts for nothing in the loss.
 
     Args:
         tokenizer: The reader's BERT WordPiece tokenizer.
