@@ -84,9 +84,16 @@ def parse_args(argv=None):
         default="auto",
         help="Embedders' pooling: auto = the checkpoint's own (mean for MiniLM); cls = REALM's [CLS] pooler.",
     )
-    parser.add_argument("--embed-dtype", default="bf16", help="Autocast dtype for corpus embedding (bf16 or fp32).")
+    # "auto": bf16 only where the CPU has it natively (AVX512-BF16 or AMX). On AVX2-only CPUs bf16 autocast is
+    # emulated: a MiniLM forward+backward measured 24x slower than fp32 there (2026-11-26), so bf16 by default made
+    # every row of this bench take hours on such a machine.
     parser.add_argument(
-        "--train-dtype", default="bf16", help="bf16: train under bf16 autocast (about 1.6x faster here), or fp32."
+        "--embed-dtype", default="auto", help="Corpus embedding: auto (bf16 where native, else fp32), bf16 or fp32."
+    )
+    parser.add_argument(
+        "--train-dtype",
+        default="auto",
+        help="Training: auto (bf16 autocast where native, about 1.6x faster there; else fp32), bf16 or fp32.",
     )
     # Open-QA fine-tuning
     parser.add_argument("--qa-steps", type=int, default=250)
@@ -209,6 +216,13 @@ def pretraining_examples(task, held_out, entry_blocks, tokenizer, max_input_leng
 
 def embed_dtype(args):
     return None if args.embed_dtype == "fp32" else args.embed_dtype
+
+
+def train_bf16(args) -> bool:
+    """Whether training runs under bf16 autocast: asked for, or `auto` on a CPU with native bf16."""
+    from realm_hf.precision import has_native_bf16
+
+    return args.train_dtype == "bf16" or (args.train_dtype == "auto" and has_native_bf16("cpu"))
 
 
 def seeded(args, seed: int, **changes):
@@ -366,7 +380,7 @@ def run_openqa(setting: str, args, ctx, seed: int, config: dict | None = None, r
         seed=seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        bf16=args.train_dtype == "bf16",
+        bf16=train_bf16(args),
     )
     # The reader's span scorer starts from scratch and needs a high rate; the embedders already embed.
     optimizer = two_rate_adamw(model, model.reader, args.reader_lr, args.embedder_lr_ratio)
@@ -426,7 +440,7 @@ def mlm_warmup(args, ctx, seed: int) -> str:
     trainer = Trainer(
         model=model,
         args=recipe.training_arguments(
-            out, args.mlm_steps, args.mlm_batch_size, args.mlm_lr, seed, bf16=args.train_dtype == "bf16"
+            out, args.mlm_steps, args.mlm_batch_size, args.mlm_lr, seed, bf16=train_bf16(args)
         ),
         train_dataset=features,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=seed),
@@ -541,7 +555,7 @@ def run_pretraining(setting: str, args, ctx, seed: int) -> dict:
             args.realm_batch_size,
             args.learning_rate,
             seed,
-            bf16=args.train_dtype == "bf16",
+            bf16=train_bf16(args),
         ),
         train_dataset=features,
         data_collator=collator,

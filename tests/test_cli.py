@@ -648,6 +648,10 @@ def test_train_runs_the_warmups_before_fine_tuning(converted, tmp_path, capsys):
     assert "Unknown reader_warmup option(s): max_step" in capsys.readouterr().err
     assert run(*base, "--set", "retriever_warmup.max_steps=0") == 2
     assert "retriever_warmup.max_steps must be a positive integer" in capsys.readouterr().err
+    # The message names the config key the user wrote, not the library's argument behind it.
+    assert run(*base, "--set", "reader_warmup.max_steps=1", "--set", "reader_warmup.negatives=-1") == 2
+    err = capsys.readouterr().err
+    assert "reader_warmup: `negatives` must be a positive integer, got -1" in err and "num_negatives" not in err
     # The fixture corpus is lower case: no salient span to blank, so the reader reads the questions' own blocks.
     warmups = ["--set", "retriever_warmup.max_steps=2", "--set", "retriever_warmup.learning_rate=0.01"]
     warmups += ["--set", "reader_warmup.max_steps=2", "--set", "reader_warmup.learning_rate=0.01"]

@@ -354,7 +354,9 @@ def reader_warmup_examples(
     random.Random(seed).shuffle(examples)
     if max_examples is not None:
         examples = examples[: check_positive_int(max_examples, "max_examples")]
-    if negatives:
+    if negatives is not None and negatives != 0:
+        # Checked here, under this function's own name for it (the CLI's `reader_warmup.negatives`).
+        negatives = check_positive_int(negatives, "negatives")
         if model is None:
             raise ValueError(
                 "`negatives` are ranked by a model's question embedder: pass `model` (the RealmForOpenQA whose "
