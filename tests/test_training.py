@@ -434,3 +434,22 @@ def test_two_processes_build_the_same_index_as_one(tmp_path):
     assert two["world_size"] == 2 and one["world_size"] == 1
     assert two["ranks_agree"]
     torch.testing.assert_close(torch.tensor(two["embeddings"]), torch.tensor(one["embeddings"]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_training_arguments_warn_when_bf16_would_be_emulated_on_the_cpu(tmp_path, monkeypatch, native):
+    # bf16 autocast on a CPU without AVX512-BF16/AMX trains many times slower than fp32; transformers says nothing.
+    import warnings
+
+    from realm_hf.training import recipes
+
+    monkeypatch.setattr(recipes, "has_native_bf16", lambda device="cpu": native)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = recipes.training_arguments(str(tmp_path), seed=0, use_cpu=True, bf16=True, max_steps=1)
+        recipes.training_arguments(str(tmp_path), seed=0, use_cpu=True, max_steps=1)  # fp32: never warned
+    assert args.bf16
+    messages = [str(w.message) for w in caught if "bf16" in str(w.message)]
+    assert len(messages) == (0 if native else 1)
+    if not native:
+        assert "Set bf16 to false" in messages[0]
