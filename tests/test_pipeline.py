@@ -545,3 +545,69 @@ def assert_same_answers(got, expected, abs=1e-5):
         if b.get("block") is not None:
             assert a["block"]["block_id"] == b["block"]["block_id"] and a["block"]["text"] == b["block"]["text"]
             assert a["block"]["retrieval_score"] == pytest.approx(b["block"]["retrieval_score"], abs=abs)
+
+
+# ------------------------------------------------------------------------------- answers that repeat the question
+
+
+def test_is_question_phrase_needs_the_words_together_and_in_order():
+    from realm_hf.models.openqa_answers import is_question_phrase
+
+    question = "which treaty split the carolingian empire in 843"
+    assert is_question_phrase("Carolingian Empire", question)
+    assert is_question_phrase("The Carolingian  empire.", question)  # SQuAD normalisation: case, articles, punctuation
+    assert not is_question_phrase("Empire Carolingian", question)
+    assert not is_question_phrase("Treaty of Verdun", question)
+    assert not is_question_phrase("Kuwait City", "What is the capital and largest city of Kuwait?")
+    assert not is_question_phrase("", question) and not is_question_phrase("the", question)
+
+
+def _phrase_of_what_is_a_compiler(answer: str) -> bool:
+    # Written out by hand for "what is a compiler?": every run of its words, lower-cased, articles and punctuation
+    # dropped (SQuAD's normalisation).
+    phrases = {"what", "is", "compiler", "what is", "is compiler", "what is compiler"}
+    words = [w for w in answer.lower().replace("?", " ").replace(".", " ").split() if w not in ("a", "an", "the")]
+    return " ".join(words) in phrases
+
+
+def test_skip_answers_in_question_ranks_question_phrases_last(tiny):
+    model, question = tiny[0], QUESTIONS[1]
+    plain = model.answer(question, top_k=1000)
+    assert any(_phrase_of_what_is_a_compiler(a["answer"]) for a in plain), "the fixture must offer a question phrase"
+    assert model.config.skip_answers_in_question is False
+    model.config.skip_answers_in_question = True
+    try:
+        skipped = model.answer(question, top_k=1000)
+        best = model.answer(question)
+        piped = realm_hf.pipeline("question-answering", model=model)(question, top_k=1000)
+    finally:
+        model.config.skip_answers_in_question = False
+    # The same answers, the ones that repeat the question moved behind the others, each group in its own order.
+    expected = [a for a in plain if not _phrase_of_what_is_a_compiler(a["answer"])]
+    expected += [a for a in plain if _phrase_of_what_is_a_compiler(a["answer"])]
+    assert [a["answer"] for a in skipped] == [a["answer"] for a in expected]
+    assert [a["answer"] for a in piped] == [a["answer"] for a in expected]
+    assert best["answer"] == expected[0]["answer"] and not _phrase_of_what_is_a_compiler(best["answer"])
+
+
+def test_skip_answers_in_question_still_answers_when_every_span_repeats_it(tiny):
+    model = tiny[0]
+    context = "Unix is an operating system."
+    example = {"question": "is unix an operating system?", "context": context}
+    qa = realm_hf.pipeline("question-answering", model=model)
+    plain = qa(example)
+    model.config.skip_answers_in_question = True
+    try:
+        skipped = qa(example)
+    finally:
+        model.config.skip_answers_in_question = False
+    # Every span of the context is a phrase of the question: the best of them is still the answer.
+    assert skipped["answer"] == plain["answer"] and skipped["answer"]
+
+
+def test_skip_answers_in_question_is_a_checked_saved_config_field(tmp_path):
+    with pytest.raises(ValueError, match="skip_answers_in_question"):
+        RealmConfig(skip_answers_in_question="yes")
+    RealmConfig(skip_answers_in_question=True).save_pretrained(tmp_path)
+    assert RealmConfig.from_pretrained(tmp_path).skip_answers_in_question is True
+    assert RealmConfig().skip_answers_in_question is False

@@ -87,6 +87,14 @@ class RealmConfig(PreTrainedConfig):
             index, re-embed them with the current document embedder and keep the best-scored `k` (Atlas's
             re-ranking), in training and at inference. Costs one document-embedder pass over this many blocks per
             question. `None` (default): the index's top `k` are used as they are.
+        skip_answers_in_question (`bool`, *optional*, defaults to `False`):
+            Answering only ([`RealmForOpenQA.answer`], the question-answering pipeline, `realm-hf ask`,
+            `evaluate_openqa`): rank after every other candidate each answer that is a phrase of the question itself
+            (its words, SQuAD-normalised, appear in the question next to each other and in the same order), such as
+            "Carolingian Empire" for "which treaty split the carolingian empire in 843". A reader that is unsure
+            answers with the subject of the block it reads, and that subject is often named in the question. The
+            answer's words alone are not enough ("Kuwait City" for "the capital and largest city of Kuwait" stays).
+            `False` is REALM's answer, the best span as scored; keep it for questions that offer a choice ("X or Y?").
         retriever_pooling (`str`, *optional*, defaults to `"cls"`):
             How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
@@ -205,6 +213,10 @@ class RealmConfig(PreTrainedConfig):
         ):
             raise ValueError(f"`rerank_beam_size` must be None or a positive integer, got {rerank_beam_size!r}.")
         self.rerank_beam_size = rerank_beam_size
+        skip_answers_in_question = kwargs.pop("skip_answers_in_question", False)
+        if not isinstance(skip_answers_in_question, bool):
+            raise ValueError(f"`skip_answers_in_question` must be True or False, got {skip_answers_in_question!r}.")
+        self.skip_answers_in_question = skip_answers_in_question
         retriever_pooling = kwargs.pop("retriever_pooling", "cls")
         if retriever_pooling not in RETRIEVER_POOLING_MODES:
             raise ValueError(

@@ -510,12 +510,17 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                     )
                 check_finite_reader_logits(out.reader_output.reader_logits)
                 # The one answer path (`openqa_answers.best_spans`), as the pipeline and `realm-hf ask` answer.
+                skip = self.config.skip_answers_in_question
                 for b, result in enumerate(read_results(out, chunk)):
                     retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
                     if top_k is None:
-                        answer = best_answer(result, self.config.max_span_width, tokenizer)
+                        answer = best_answer(
+                            result, self.config.max_span_width, tokenizer, skip_answers_in_question=skip
+                        )
                         results.append({"question": chunk[b], **answer, "retrieved": retrieved})
                         continue
-                    answers = best_spans(result, top_k, self.config.max_span_width, tokenizer)
+                    answers = best_spans(
+                        result, top_k, self.config.max_span_width, tokenizer, skip_answers_in_question=skip
+                    )
                     results.append([{"question": chunk[b], **answer, "retrieved": retrieved} for answer in answers])
         return results[0] if single else results

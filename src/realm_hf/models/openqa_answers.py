@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers.utils import ModelOutput
 
+from ..metrics import normalize_answer
 from .modeling_reader import RealmReaderOutput
 from .provenance import answer_record, block_provenance, span_log_probs
 from .reader_inputs import RealmReaderInputs
@@ -187,13 +188,32 @@ def read_results(out: RealmForOpenQAOutput, questions: list[str]) -> list[dict]:
     return results
 
 
-def best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_to_words: bool = False) -> list[dict]:
+def is_question_phrase(answer: str, question: str) -> bool:
+    """
+    Whether `answer` is a phrase of `question`: its SQuAD-normalised words appear in the normalised question next to
+    each other and in the same order ("carolingian empire" in "which treaty split the carolingian empire in 843";
+    not "Kuwait City" in "the capital and largest city of Kuwait").
+    """
+    words, question_words = normalize_answer(answer).split(), normalize_answer(question).split()
+    n = len(words)
+    return n > 0 and any(question_words[i : i + n] == words for i in range(len(question_words) - n + 1))
+
+
+def best_spans(
+    result: dict,
+    top_k: int,
+    max_answer_len: int,
+    tokenizer,
+    align_to_words: bool = False,
+    skip_answers_in_question: bool = False,
+) -> list[dict]:
     """
     The `top_k` best spans across the read blocks of one question (a [`read_results`] entry, or the pipeline's
     `context` windows in the same form), with distinct texts, best first, each at most `max_answer_len` wordpieces;
     widened to whole words with `align_to_words` (which needs character offsets: a fast tokenizer). Each is an
     [`~realm_hf.models.provenance.answer_record`]; fewer than `top_k` when the blocks hold fewer, none when every span is
-    masked.
+    masked. With `skip_answers_in_question` (`config.skip_answers_in_question`), spans that are a phrase of the
+    result's `question` ([`is_question_phrase`]) come after every other span, in their own order.
     """
     logits = result["logits"]  # [num_blocks, num_candidates]
     starts, ends = result["starts"], result["ends"]
@@ -207,7 +227,8 @@ def best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_t
     widths = (ends - starts + 1).repeat(logits.shape[0])
     eligible = valid & (widths <= max_answer_len)
     order = torch.argsort(torch.where(eligible, flat, torch.full_like(flat, float("-inf"))), descending=True)
-    answers, seen = [], set()
+    question = result.get("question") if skip_answers_in_question else None
+    answers, seen, in_question = [], set(), []
     for index in order.tolist():
         if not bool(eligible[index]) or len(answers) >= top_k:
             break
@@ -226,20 +247,37 @@ def best_spans(result: dict, top_k: int, max_answer_len: int, tokenizer, align_t
         if not key or key in seen:
             continue
         seen.add(key)
-        answers.append(
-            answer_record(
-                text,
-                score=float(log_probs[index].exp()),
-                logit=float(flat[index]),
-                start=char_start,
-                end=char_end,
-                block=dict(result["blocks"][row]),
-            )
+        record = answer_record(
+            text,
+            score=float(log_probs[index].exp()),
+            logit=float(flat[index]),
+            start=char_start,
+            end=char_end,
+            block=dict(result["blocks"][row]),
         )
-    return answers
+        if question is not None and is_question_phrase(text, question):
+            # Ranked last, not dropped: when the blocks hold nothing else, it is still the best answer there is.
+            if len(in_question) < top_k:
+                in_question.append(record)
+            continue
+        answers.append(record)
+    return answers + in_question[: top_k - len(answers)]
 
 
-def best_answer(result: dict, max_answer_len: int, tokenizer, align_to_words: bool = False) -> dict:
+def best_answer(
+    result: dict,
+    max_answer_len: int,
+    tokenizer,
+    align_to_words: bool = False,
+    skip_answers_in_question: bool = False,
+) -> dict:
     """The best span of [`best_spans`], or an empty answer (`""`, score 0, no block) when no span can be one."""
-    answers = best_spans(result, 1, max_answer_len, tokenizer, align_to_words=align_to_words)
+    answers = best_spans(
+        result,
+        1,
+        max_answer_len,
+        tokenizer,
+        align_to_words=align_to_words,
+        skip_answers_in_question=skip_answers_in_question,
+    )
     return answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)

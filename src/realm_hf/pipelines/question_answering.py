@@ -392,9 +392,14 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             result = result[0]
         max_answer_len = max_answer_len or self.model.config.max_span_width
         # The one answer path (`openqa_answers`), shared with `RealmForOpenQA.answer`.
+        skip = getattr(self.model.config, "skip_answers_in_question", False)
         if top_k == 1:
-            return best_answer(result, max_answer_len, self.tokenizer, align_to_words=align_to_words)
-        return best_spans(result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words)
+            return best_answer(
+                result, max_answer_len, self.tokenizer, align_to_words=align_to_words, skip_answers_in_question=skip
+            )
+        return best_spans(
+            result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words, skip_answers_in_question=skip
+        )
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
         """
