@@ -444,10 +444,13 @@ def test_train_model_config_sets_training_settings_of_a_saved_model(converted, t
 
     saved = RealmForOpenQA.from_pretrained(converted).config
     assert saved.reader_beam_positive is False and saved.searcher_beam_size != 4
+    assert saved.skip_answers_in_question is False
     settings = ["--set", "model_config.reader_beam_positive=true", "--set", "model_config.searcher_beam_size=4"]
+    settings += ["--set", "model_config.skip_answers_in_question=true"]  # an answering setting, saved with the model
     assert run(*base, *settings) == 0
     trained = RealmForOpenQA.from_pretrained(output).config
     assert trained.reader_beam_positive is True and trained.searcher_beam_size == 4
+    assert trained.skip_answers_in_question is True
 
 
 def test_train_config_errors(tmp_path, capsys):
