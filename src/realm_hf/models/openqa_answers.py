@@ -194,7 +194,10 @@ def is_question_phrase(answer: str, question: str) -> bool:
     each other and in the same order ("carolingian empire" in "which treaty split the carolingian empire in 843";
     not "Kuwait City" in "the capital and largest city of Kuwait").
     """
-    words, question_words = normalize_answer(answer).split(), normalize_answer(question).split()
+    return _is_run_of(normalize_answer(answer).split(), normalize_answer(question).split())
+
+
+def _is_run_of(words: list[str], question_words: list[str]) -> bool:
     n = len(words)
     return n > 0 and any(question_words[i : i + n] == words for i in range(len(question_words) - n + 1))
 
@@ -227,7 +230,8 @@ def best_spans(
     widths = (ends - starts + 1).repeat(logits.shape[0])
     eligible = valid & (widths <= max_answer_len)
     order = torch.argsort(torch.where(eligible, flat, torch.full_like(flat, float("-inf"))), descending=True)
-    question = result.get("question") if skip_answers_in_question else None
+    # The question's words once, not once per candidate span.
+    question_words = normalize_answer(result["question"]).split() if skip_answers_in_question else None
     answers, seen, in_question = [], set(), []
     for index in order.tolist():
         if not bool(eligible[index]) or len(answers) >= top_k:
@@ -255,7 +259,7 @@ def best_spans(
             end=char_end,
             block=dict(result["blocks"][row]),
         )
-        if question is not None and is_question_phrase(text, question):
+        if question_words is not None and _is_run_of(normalize_answer(text).split(), question_words):
             # Ranked last, not dropped: when the blocks hold nothing else, it is still the best answer there is.
             if len(in_question) < top_k:
                 in_question.append(record)
