@@ -324,7 +324,7 @@ def init_from_bert(
     if any(isinstance(module, RealmReader) for module in model.modules()):
         # The span scorer (`qa_outputs`) is fresh: until training updates the reader, answers are arbitrary spans.
         model.config.reader_trained = False
-    base_model = base_model if base_model is not None else _hub_id_or_none(bert_dir)
+    base_model = base_model if base_model is not None else hub_id_or_none(bert_dir)
     if base_model is not None:
         model.config.base_model = base_model
     if output_loading_info:
@@ -405,8 +405,11 @@ def init_projection_from_pca(
     return explained.float()
 
 
-def _hub_id_or_none(source) -> str | None:
-    """`source` when it names a Hub repo ("org/name", not an existing local path), else `None`."""
+def hub_id_or_none(source) -> str | None:
+    """
+    `source` when it names a Hub repo ("org/name", not an existing local path), else `None`. A bare name is more often
+    a relative path that no longer exists than a Hub id, so only namespaced ids count.
+    """
     name = str(source)
     if os.path.exists(name) or name.count("/") != 1:
         return None
@@ -417,4 +420,10 @@ def _hub_id_or_none(source) -> str | None:
     return name
 
 
-__all__ = ["init_from_bert", "init_projection_from_pca", "load_bert_state_dict", "realm_config_from_bert"]
+__all__ = [
+    "hub_id_or_none",
+    "init_from_bert",
+    "init_projection_from_pca",
+    "load_bert_state_dict",
+    "realm_config_from_bert",
+]

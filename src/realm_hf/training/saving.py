@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import safetensors.torch
 import torch
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
 from ..file_utils import atomic_write_text, staged_save
 from ..logging_utils import get_logger
+from ..models.initialization import hub_id_or_none
 from ..models.modeling_base import RealmPreTrainedModel
 
 __all__ = [
@@ -499,11 +499,6 @@ def hub_base_model(model, own_repo: str | None = None) -> str | None:
     base model; `None` for a local directory, a fresh model, or the repo being pushed to.
     """
     name = getattr(getattr(model, "config", None), "_name_or_path", None)
-    # A namespaced id only ("org/name"): a bare name is more often a relative path that no longer exists.
-    if not isinstance(name, str) or name.count("/") != 1 or os.path.exists(name) or name == own_repo:
+    if not isinstance(name, str) or name == own_repo:
         return None
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return None
-    return name
+    return hub_id_or_none(name)
