@@ -80,7 +80,12 @@ def parse_args(argv=None):
     parser.add_argument("--eval-questions", type=int, default=200, help="Generated held-out questions evaluated.")
     parser.add_argument("--show", type=int, default=8, help="Held-out questions answered at the end.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--force", action="store_true", help="Rebuild and retrain even if a saved model exists.")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="Rebuild and retrain even if a saved model exists (a saved model is reused as saved: the options above "
+        "apply only when it is built).",
+    )
     return parser.parse_args(argv)
 
 
