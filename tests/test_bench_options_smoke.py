@@ -21,3 +21,59 @@ def test_learning_bench_options_stage_runs_every_row(tmp_path, capsys):
         metrics = per_seed["0"]
         assert 0.0 <= metrics["recall@1"] <= metrics["recall@5"] <= metrics["recall@20"] <= 1.0, option
         assert f"| {option} |" in printed
+
+
+def test_wikipedia_options_bench_runs_every_row_from_a_saved_demo_model(tmp_path, capsys):
+    """bench/options_wikipedia.py: a tiny demo model saved first, then every option row from it, both held-out sets."""
+    import os
+
+    import torch
+    from test_bench_smoke import load_script
+    from test_pretraining import tiny_bert_config
+    from transformers import BertForPreTraining
+
+    from realm_hf import RealmTokenizer
+
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    wiki = os.path.join(fixtures, "wikipedia")
+    bert = tmp_path / "bert"
+    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
+    torch.manual_seed(0)
+    config = tiny_bert_config(tokenizer)
+    config.max_position_embeddings = 256
+    BertForPreTraining(config).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    data = [
+        "--summaries",
+        os.path.join(wiki, "summaries.json"),
+        "--handwritten",
+        os.path.join(wiki, "handwritten.jsonl"),
+    ]
+    demo = load_script("demo_wikipedia", folder="examples")
+    demo_argv = data + [
+        "--output", str(tmp_path / "run"), "--bert", str(bert), "--max-block-length", "48", "--pca-sample", "64",
+        "--retriever-steps", "1", "--retriever-batch-size", "4", "--reader-steps", "1", "--reader-batch-size", "4",
+        "--searcher-beam", "4", "--eval-questions", "4", "--show", "1",
+    ]  # fmt: skip
+    assert demo.main(demo_argv) == 0
+    start = tmp_path / "run" / "realm-wikipedia"
+    options = load_script("options_wikipedia")
+    out = tmp_path / "options.json"
+    argv = data + [
+        "--start", str(start), "--seeds", "0", "--steps", "2", "--batch-size", "2", "--searcher-beam", "4",
+        "--refresh-steps", "1", "--rerank-factor", "2", "--eval-questions", "4", "--output", str(tmp_path / "scratch"),
+        "--json", str(out),
+    ]  # fmt: skip
+    capsys.readouterr()
+    assert options.main(argv) == 0
+    printed = capsys.readouterr().out
+    results = json.loads(out.read_text())["results"]
+    assert list(results) == list(options.OPTION_ROWS)
+    for option, per_seed in results.items():
+        row = per_seed["0"]
+        for name in ("generated", "hand-written"):
+            metrics = row[name]
+            assert 0.0 <= metrics["recall@1"] <= metrics["recall@5"] <= metrics["recall@20"] <= 1.0, option
+        # End-to-end rows refresh (every step here, and at the end); query-side never does.
+        assert (row["refreshes"] == 0) == (option == "query_side"), option
+        assert printed.count(f"| {option} |") == 2  # one table per held-out set
