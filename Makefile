@@ -58,7 +58,7 @@ legacy-venv: $(LEGACY_VENV)/bin/python ## The legacy reference: transformers 4.5
 fixtures: legacy-venv ## Regenerate tests/fixtures/legacy with the legacy reference
 	$(LEGACY_VENV)/bin/python scripts/make_legacy_fixtures.py
 
-bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 cores; see bench/README.md)
+bench: install legacy-venv demo-data ## Run the benchmark scripts (tens of minutes on 2 cores; see bench/README.md)
 	$(PY) bench/search.py --blocks 1000000 --queries 1000
 	$(PY) bench/embed.py
 	REALM_LEGACY_PYTHON=$(LEGACY_VENV)/bin/python $(PY) bench/qa.py
@@ -69,6 +69,7 @@ bench: install legacy-venv ## Run the benchmark scripts (tens of minutes on 2 co
 	$(PY) bench/learning_foldoc.py
 	$(PY) bench/retrieval_ceiling_foldoc.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/warmup_step.py
 
 clean: ## Remove build artefacts and the demo output
 	rm -rf build dist *.egg-info src/*.egg-info demo_output
