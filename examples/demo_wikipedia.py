@@ -57,7 +57,7 @@ def parse_args(argv=None):
         "--pca-sample",
         type=int,
         default=512,
-        help="Articles the projection's PCA start reads (512 found as good as 2,048 or the whole corpus: docs/training.md).",
+        help="Articles the projection's PCA start reads (512: as good as 2,048 or the corpus, docs/training.md).",
     )
     parser.add_argument("--retriever-steps", type=int, default=200, help="Retriever warm-up steps (0: skip).")
     parser.add_argument("--retriever-batch-size", type=int, default=32)
@@ -161,8 +161,8 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         # last. Measured first on 300 training questions (EM 41.0 -> 43.3), then on the held-out sets (README).
         skip_answers_in_question=not args.keep_answers_in_question,
         # No dropout: the warm-ups see each example about once (under an epoch), where dropout regularises little,
-        # and on CPUs its random masks cost a third of a training step (drawing them, and attention falling off the
-        # fused kernel, which only runs without dropout).
+        # and on CPUs it costs a quarter of a reader step (drawing its masks, and attention falling off the fused kernel,
+        # which trains only without dropout): bench/warmup_step.py.
         hidden_dropout_prob=args.dropout,
         attention_probs_dropout_prob=args.dropout,
     )
