@@ -1,5 +1,6 @@
 """Smoke test of `bench/learning_foldoc.py --only options` (issue 26): every option row runs end to end on a tiny BERT
-and a slice of the shipped FOLDOC extract, and the table prints one row per option."""
+and a slice of the shipped FOLDOC extract, and the table prints one row per option; and the same rows on the Wikipedia
+main job (`bench/options_wikipedia.py`) from a tiny saved demo model."""
 
 import json
 
@@ -27,22 +28,9 @@ def test_wikipedia_options_bench_runs_every_row_from_a_saved_demo_model(tmp_path
     """bench/options_wikipedia.py: a tiny demo model saved first, then every option row from it, both held-out sets."""
     import os
 
-    import torch
-    from test_bench_smoke import load_script
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
-    from realm_hf import RealmTokenizer
-
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
     wiki = os.path.join(fixtures, "wikipedia")
-    bert = tmp_path / "bert"
-    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
-    torch.manual_seed(0)
-    config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 256
-    BertForPreTraining(config).save_pretrained(bert)
-    tokenizer.save_pretrained(bert)
+    bert = tiny_bert(tmp_path, max_positions=256, seed=0)
     data = [
         "--summaries",
         os.path.join(wiki, "summaries.json"),

@@ -220,8 +220,9 @@ def test_cli_startup_bench_quick_runs(capsys):
     assert "| realm-hf --help" in capsys.readouterr().out
 
 
-def tiny_bert(tmp_path):
-    """A tiny random BERT checkpoint with the test vocabulary (the benches' --bert)."""
+def tiny_bert(tmp_path, max_positions: int = 160, seed: int | None = None):
+    """A tiny random BERT checkpoint with the test vocabulary (the benches' --bert); `seed` fixes its weights."""
+    import torch
     from test_pretraining import tiny_bert_config
     from transformers import BertForPreTraining
 
@@ -229,8 +230,10 @@ def tiny_bert(tmp_path):
 
     bert = tmp_path / "bert"
     tokenizer = RealmTokenizer(vocab=os.path.join(os.path.dirname(BENCH), "tests", "fixtures", "corpus", "vocab.txt"))
+    if seed is not None:
+        torch.manual_seed(seed)
     config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 160
+    config.max_position_embeddings = max_positions
     BertForPreTraining(config).save_pretrained(bert)
     tokenizer.save_pretrained(bert)
     return bert
@@ -290,20 +293,8 @@ def test_search_bench_quick_runs(capsys, monkeypatch):
 
 def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage, both held-out sets."""
-    import torch
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
-    from realm_hf import RealmTokenizer
-
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
-    bert = tmp_path / "bert"
-    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
-    torch.manual_seed(0)
-    config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 256
-    BertForPreTraining(config).save_pretrained(bert)
-    tokenizer.save_pretrained(bert)
+    bert = tiny_bert(tmp_path, max_positions=256, seed=0)
     stages = load_script("wikipedia_stages")
     wiki = os.path.join(fixtures, "wikipedia")
     out = tmp_path / "stages.json"
@@ -378,20 +369,8 @@ def test_convert_bench_runs_at_20000_blocks(tmp_path, capsys):
 
 def test_warmup_step_bench_times_both_warmups_at_each_dropout(tmp_path, capsys):
     """bench/warmup_step.py on the tiny invented Wikipedia corpus and a tiny BERT: one row per warm-up and dropout."""
-    import torch
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
-    from realm_hf import RealmTokenizer
-
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
-    bert = tmp_path / "bert"
-    tokenizer = RealmTokenizer(vocab=os.path.join(fixtures, "corpus", "vocab.txt"))
-    torch.manual_seed(0)
-    config = tiny_bert_config(tokenizer)
-    config.max_position_embeddings = 256
-    BertForPreTraining(config).save_pretrained(bert)
-    tokenizer.save_pretrained(bert)
+    bert = tiny_bert(tmp_path, max_positions=256, seed=0)
     bench = load_script("warmup_step")
     wiki = os.path.join(fixtures, "wikipedia")
     out = tmp_path / "steps.json"
