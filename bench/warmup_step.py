@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 
 from transformers import TrainerCallback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+import demo_wikipedia  # noqa: E402  (the demo's own model options: the bench times exactly the model it trains)
 
 
 class StepTimer(TrainerCallback):
@@ -64,24 +70,17 @@ def parse_args(argv=None):
 
 
 def build_model(args, bert_dir: str, dropout: float):
+    """The demo's model (`demo_wikipedia.model_options`) at `dropout`, seeded, document embedder frozen."""
     from realm_hf import RealmForOpenQA
     from realm_hf.models.initialization import init_from_bert
     from realm_hf.training.recipes import seed_everything
 
-    seed_everything(args.seed)
-    model = init_from_bert(
-        RealmForOpenQA,
-        bert_dir,
-        retriever_proj_size=128,
-        reader_beam_size=3,
-        searcher_beam_size=args.searcher_beam,
-        reader_seq_len=48 + args.max_block_length,
-        max_block_length=args.max_block_length,
-        span_hidden_size=256,
-        max_span_width=10,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
+    demo_args = demo_wikipedia.parse_args(
+        ["--max-block-length", str(args.max_block_length), "--searcher-beam", str(args.searcher_beam)]
+        + ["--dropout", str(dropout)]
     )
+    seed_everything(args.seed)
+    model = init_from_bert(RealmForOpenQA, bert_dir, **demo_wikipedia.model_options(demo_args))
     model.add_document_embedder()
     model.freeze_document_embedder()
     return model

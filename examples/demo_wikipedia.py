@@ -114,6 +114,28 @@ def evaluate(model, sets: dict) -> dict:
     }
 
 
+def model_options(args) -> dict:
+    """The demo's `RealmConfig` fields for `init_from_bert` (`bench/warmup_step.py` builds the same model)."""
+    return dict(
+        retriever_proj_size=128,
+        reader_beam_size=3,
+        searcher_beam_size=args.searcher_beam,
+        reader_seq_len=48 + args.max_block_length,
+        max_block_length=args.max_block_length,
+        span_hidden_size=256,
+        max_span_width=10,
+        # A reader this small answers with the subject of the block it reads when unsure, and the question often
+        # names it ("Carolingian Empire" for "which treaty split the carolingian empire in 843"): such answers rank
+        # last. Measured first on 300 training questions (EM 41.0 -> 43.3), then on the held-out sets (README).
+        skip_answers_in_question=not args.keep_answers_in_question,
+        # No dropout: the warm-ups see each example about once (under an epoch), where dropout regularises little,
+        # and on CPUs it costs a quarter of a reader step (drawing its masks, and attention falling off the fused kernel,
+        # which trains only without dropout): bench/warmup_step.py.
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
+    )
+
+
 def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     """
     The demo's task, model and index before any training: the Wikipedia task, a `RealmForOpenQA` from `bert_dir`
@@ -146,26 +168,7 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         )
 
     tokenizer = RealmTokenizer.from_pretrained(bert_dir)
-    model = init_from_bert(
-        RealmForOpenQA,
-        bert_dir,
-        retriever_proj_size=128,
-        reader_beam_size=3,
-        searcher_beam_size=args.searcher_beam,
-        reader_seq_len=48 + args.max_block_length,
-        max_block_length=args.max_block_length,
-        span_hidden_size=256,
-        max_span_width=10,
-        # A reader this small answers with the subject of the block it reads when unsure, and the question often
-        # names it ("Carolingian Empire" for "which treaty split the carolingian empire in 843"): such answers rank
-        # last. Measured first on 300 training questions (EM 41.0 -> 43.3), then on the held-out sets (README).
-        skip_answers_in_question=not args.keep_answers_in_question,
-        # No dropout: the warm-ups see each example about once (under an epoch), where dropout regularises little,
-        # and on CPUs it costs a quarter of a reader step (drawing its masks, and attention falling off the fused kernel,
-        # which trains only without dropout): bench/warmup_step.py.
-        hidden_dropout_prob=args.dropout,
-        attention_probs_dropout_prob=args.dropout,
-    )
+    model = init_from_bert(RealmForOpenQA, bert_dir, **model_options(args))
     # REALM's projection to 128 dimensions is new: start it at the principal directions of MiniLM's space over a
     # sample of the corpus (a random projection loses retrieval quality, see init_projection_from_pca).
     if pca and len(task["documents"]) < model.config.retriever_proj_size:
