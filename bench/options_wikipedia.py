@@ -34,7 +34,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
+import demo_wikipedia  # noqa: E402  (the demo's question records as datasets)
 from learning_foldoc import OPTION_ROWS, option_table  # noqa: E402  (the same rows and table as the FOLDOC bench)
 
 
@@ -100,12 +102,6 @@ def build_task(args) -> dict:
         documents = [d for d in documents if d["doc_id"] in keep]
     train = [q for q in task["train"] if keep is None or q["doc_id"] in keep]
     return {"documents": documents, "train": train, "held_out": held_out, "handwritten": task["handwritten"]}
-
-
-def qa_dataset(questions):
-    import datasets
-
-    return datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
 
 
 def load_start(args, retriever=None):
@@ -212,8 +208,11 @@ def main(argv=None) -> int:
     ctx = {
         "retriever": retriever,
         "start_index": retriever.export_index_state(),
-        "train_set": qa_dataset(task["train"]).shuffle(seed=args.task_seed),
-        "eval_sets": {"generated": qa_dataset(task["held_out"]), "hand-written": qa_dataset(task["handwritten"])},
+        "train_set": demo_wikipedia.qa_dataset(task["train"]).shuffle(seed=args.task_seed),
+        "eval_sets": {
+            "generated": demo_wikipedia.qa_dataset(task["held_out"]),
+            "hand-written": demo_wikipedia.qa_dataset(task["handwritten"]),
+        },
         "scratch": scratch,
     }
     model.set_retriever(retriever)
