@@ -98,7 +98,10 @@ def parse_args(argv=None):
         help="Rebuild and retrain even if a saved model exists (a saved model is reused as saved: the options above "
         "apply only when it is built).",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {args.dropout}.")
+    return args
 
 
 def qa_dataset(questions) -> datasets.Dataset:

@@ -164,6 +164,16 @@ def test_pretraining_optimizer_scales_the_embedders_only(examples_on_path, tiny_
     assert pretrain_realm.pretraining_optimizer(model, args) is None  # Trainer's own optimizer
 
 
+def test_wikipedia_demo_refuses_a_dropout_outside_0_to_1(examples_on_path, capsys):
+    import demo_wikipedia
+
+    for bad in ("1.5", "-0.1"):
+        with pytest.raises(SystemExit):
+            demo_wikipedia.parse_args(["--dropout", bad])
+        assert "--dropout must be in [0, 1)" in capsys.readouterr().err
+    assert demo_wikipedia.parse_args(["--dropout", "0.1"]).dropout == 0.1
+
+
 def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, capsys, examples_on_path):
     """README's main job (`make demo`), on the tiny invented corpus and a tiny BERT: every stage runs and is saved."""
     import demo_wikipedia
