@@ -28,7 +28,8 @@ __all__ = [
 REALM_QA_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "realm_qa")
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", flags=re.UNICODE)
-_PUNCTUATION = frozenset(string.punctuation)
+# str.translate: one C pass per string (a per-character generator was most of building the Wikipedia task).
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 DEFAULT_KS = (1, 5, 10, 20, 50, 100)
 
 
@@ -51,7 +52,7 @@ def normalize_answer(s: str) -> str:
     ```
     """
     s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCTUATION)
+    s = s.translate(_DROP_PUNCTUATION)
     # Articles are removed after punctuation, as in SQuAD, so "the-end" -> "theend" keeps its "the".
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
