@@ -164,6 +164,14 @@ def test_pretraining_optimizer_scales_the_embedders_only(examples_on_path, tiny_
     assert pretrain_realm.pretraining_optimizer(model, args) is None  # Trainer's own optimizer
 
 
+def test_wikipedia_demo_weighs_read_blocks_by_rank_only_with_the_hybrid_retrieval(examples_on_path):
+    import demo_wikipedia
+
+    options = demo_wikipedia.model_options
+    assert options(demo_wikipedia.parse_args([]))["answer_block_prior"] == "rank"
+    assert options(demo_wikipedia.parse_args(["--retrieval", "dense"]))["answer_block_prior"] == "retrieval"
+
+
 def test_wikipedia_demo_refuses_a_dropout_outside_0_to_1(examples_on_path, capsys):
     import demo_wikipedia
 
@@ -204,6 +212,9 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     from realm_hf.retrieval.sparse import HybridRealmRetriever
 
     assert isinstance(model.retriever, HybridRealmRetriever) and model.retriever.mode == "rrf"
+    # ... and its answers weigh the read blocks by their place in that fused order, which the card records.
+    assert model.config.answer_block_prior == "rank"
+    assert "their place in the fused order" in card
     # A second run reuses the saved model and answers again.
     assert demo_wikipedia.main(argv[:6]) == 0
     assert "Reusing the model saved" in capsys.readouterr().out

@@ -611,3 +611,69 @@ def test_skip_answers_in_question_is_a_checked_saved_config_field(tmp_path):
     RealmConfig(skip_answers_in_question=True).save_pretrained(tmp_path)
     assert RealmConfig.from_pretrained(tmp_path).skip_answers_in_question is True
     assert RealmConfig().skip_answers_in_question is False
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# How answering weighs the read blocks (config.answer_block_prior)
+
+
+def _forward_eval(model, tokenizer, questions):
+    inputs = tokenizer(questions, padding=True, return_tensors="pt")
+    with model.evaluating(), torch.no_grad():
+        return model(**inputs, questions=questions, return_dict=True)
+
+
+def test_answer_block_prior_rank_replaces_retrieval_scores_by_the_retrievers_order(tiny):
+    model, tokenizer = tiny[0], tiny[1]
+    assert model.config.answer_block_prior == "retrieval"
+    by_score = _forward_eval(model, tokenizer, QUESTIONS)
+    model.config.answer_block_prior = "rank"
+    try:
+        by_rank = _forward_eval(model, tokenizer, QUESTIONS)
+        piped = realm_hf.pipeline("question-answering", model=model)(QUESTIONS[0], top_k=1000)
+        answered = model.answer(QUESTIONS[0], top_k=1000)
+    finally:
+        model.config.answer_block_prior = "retrieval"
+    # The same blocks in the same order, their retrieval scores reported as they are.
+    assert torch.equal(by_rank.retrieved_block_ids, by_score.retrieved_block_ids)
+    assert torch.equal(by_rank.retrieved_scores, by_score.retrieved_scores)
+    # Each read block's span scores: the retrieval score taken out, minus its place in the order put in.
+    score_logits = by_score.reader_output.reader_logits
+    beam = score_logits.shape[1]
+    assert beam > 1, "the fixture must read several blocks"
+    places = torch.arange(beam, dtype=score_logits.dtype).view(1, beam, 1)
+    expected = score_logits - by_score.retrieved_scores[:, :beam, None] - places
+    finite = torch.isfinite(score_logits)
+    assert torch.equal(torch.isfinite(by_rank.reader_output.reader_logits), finite)
+    torch.testing.assert_close(by_rank.reader_output.reader_logits[finite], expected[finite], rtol=1e-5, atol=1e-4)
+    # The pipeline and model.answer follow the saved setting alike.
+    assert [(a["answer"], a["block"]["block_id"]) for a in piped] == [
+        (a["answer"], a["block"]["block_id"]) for a in answered
+    ]
+
+
+def test_answer_block_prior_leaves_training_unchanged(tiny):
+    model, tokenizer = tiny[0], tiny[1]
+    inputs = tokenizer(QUESTIONS, padding=True, return_tensors="pt")
+    answers = [["ken thompson"], ["translator"], ["1991"]]
+    losses = {}
+    was_training = model.training
+    model.train()
+    try:
+        for prior in ("retrieval", "rank"):
+            model.config.answer_block_prior = prior
+            torch.manual_seed(0)
+            losses[prior] = model(**inputs, questions=QUESTIONS, answers=answers, return_dict=True).loss
+    finally:
+        model.config.answer_block_prior = "retrieval"
+        model.train(was_training)
+    assert torch.isfinite(losses["retrieval"])
+    torch.testing.assert_close(losses["rank"], losses["retrieval"])
+
+
+def test_answer_block_prior_is_a_checked_saved_config_field(tmp_path):
+    with pytest.raises(ValueError, match="answer_block_prior"):
+        RealmConfig(answer_block_prior="bm25")
+    RealmConfig(answer_block_prior="rank").save_pretrained(tmp_path)
+    assert RealmConfig.from_pretrained(tmp_path).answer_block_prior == "rank"
+    assert RealmConfig().answer_block_prior == "retrieval"

@@ -63,6 +63,7 @@ _RUNTIME_CONFIG_KEYS = (
     "retriever_loss_temperature",
     "rerank_beam_size",
     "skip_answers_in_question",
+    "answer_block_prior",
 )
 
 

@@ -95,6 +95,14 @@ class RealmConfig(PreTrainedConfig):
             answers with the subject of the block it reads, and that subject is often named in the question. The
             answer's words alone are not enough ("Kuwait City" for "the capital and largest city of Kuwait" stays).
             `False` is REALM's answer, the best span as scored; keep it for questions that offer a choice ("X or Y?").
+        answer_block_prior (`str`, *optional*, defaults to `"retrieval"`):
+            Answering only (as `skip_answers_in_question`): how the blocks read for a question are weighed against
+            each other, the log p(z|x) added to each span's score. `"retrieval"` is REALM's, the retrieval scores
+            (question · block inner products); `"rank"` is the block's place in the retriever's order, log p(z|x) =
+            -rank + const, for a retriever whose order the inner products do not follow, such as the hybrid
+            retriever's BM25 + dense reciprocal-rank fusion (`HybridRealmRetriever`, `mode="rrf"`), where the
+            inner products would undo the fusion when the reader picks a block. Training always uses the retrieval
+            scores.
         retriever_pooling (`str`, *optional*, defaults to `"cls"`):
             How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
@@ -217,6 +225,13 @@ class RealmConfig(PreTrainedConfig):
         if not isinstance(skip_answers_in_question, bool):
             raise ValueError(f"`skip_answers_in_question` must be True or False, got {skip_answers_in_question!r}.")
         self.skip_answers_in_question = skip_answers_in_question
+        answer_block_prior = kwargs.pop("answer_block_prior", "retrieval")
+        if answer_block_prior not in ANSWER_BLOCK_PRIORS:
+            raise ValueError(
+                f"`answer_block_prior` must be one of {', '.join(map(repr, ANSWER_BLOCK_PRIORS))}, got "
+                f"{answer_block_prior!r}."
+            )
+        self.answer_block_prior = answer_block_prior
         retriever_pooling = kwargs.pop("retriever_pooling", "cls")
         if retriever_pooling not in RETRIEVER_POOLING_MODES:
             raise ValueError(
@@ -310,6 +325,9 @@ RETRIEVER_LOSSES = ("marginal", "emdr2", "attention_distillation", "perplexity_d
 
 # "cls": REALM's pooler output on [CLS]; "mean": masked mean of the last hidden states (sentence-transformers).
 RETRIEVER_POOLING_MODES = ("cls", "mean")
+
+# How answering weighs the read blocks: REALM's retrieval scores, or the retriever's order (`answer_block_prior`).
+ANSWER_BLOCK_PRIORS = ("retrieval", "rank")
 
 # Checkpoints `init_from_bert` can start REALM from (BERT layout: `embeddings`, `encoder.layer.N`, WordPiece).
 _BERT_FAMILY = {"bert"}

@@ -22,6 +22,7 @@ from .modeling_embedder import RealmEmbedder
 from .modeling_reader import RealmReader
 from .openqa_answers import (
     RealmForOpenQAOutput,
+    answer_block_logits,
     best_answer,
     best_spans,
     check_finite_reader_logits,
@@ -399,11 +400,12 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             block_ids = search.block_ids
             relevance_score = relevance_score.gather(1, order.to(relevance_score.device))
             reader_inputs = read_inputs(search)
+        # Answering weighs the read blocks as `config.answer_block_prior` says; training by REALM's retrieval scores.
         reader_output = self.reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],
             token_type_ids=reader_inputs.token_type_ids[:, :reader_beam_size],
-            relevance_score=relevance_score,
+            relevance_score=relevance_score if self.training else answer_block_logits(self.config, relevance_score),
             block_mask=reader_inputs.block_mask,
             has_answers=reader_inputs.has_answers,
             start_positions=reader_inputs.start_positions,

@@ -2,7 +2,8 @@
 The one answer path of REALM Open-QA: the text of a span from its offsets ([`span_text`], written once), the best
 distinct spans of one question across its read blocks ([`best_spans`] and [`best_answer`]: what `RealmForOpenQA.answer`,
 the question-answering pipeline and `realm-hf ask` return), the per-question reader results of a forward pass
-([`read_results`]), and the [`RealmForOpenQAOutput`] of a forward pass ([`collect_answers`]: the reader's best span of
+([`read_results`]), how answering weighs the blocks it reads ([`answer_block_logits`]), and the
+[`RealmForOpenQAOutput`] of a forward pass ([`collect_answers`]: the reader's best span of
 each question, its block, and every retrieved block with its retrieval score).
 """
 
@@ -36,7 +37,8 @@ class RealmForOpenQAOutput(ModelOutput):
         predicted_answers (`list[str]`):
             Each predicted answer, cut from its block's original text (casing and punctuation kept).
         answer_scores (`torch.FloatTensor` of shape `(batch_size,)`):
-            Score of each predicted answer (span logit + retrieval score of its block).
+            Score of each predicted answer: its span logit + its block's log-prior (the block's retrieval score, or
+            its rank with `config.answer_block_prior="rank"`).
         answer_block_ids (`torch.LongTensor` of shape `(batch_size,)`):
             Corpus id of the block each answer was read from.
         answer_char_spans (`list[tuple[int, int]]`):
@@ -68,6 +70,18 @@ class RealmForOpenQAOutput(ModelOutput):
     retrieved_blocks: list[list[dict]] | None = None
     reader_input_ids: torch.LongTensor | None = None
     reader_offset_mapping: torch.LongTensor | None = None
+
+
+def answer_block_logits(config, relevance_score: torch.Tensor) -> torch.Tensor:
+    """
+    The log p(z|x) that answering adds to the span scores of each read block (`config.answer_block_prior`): the
+    retrieval scores themselves (`"retrieval"`, REALM's), or minus each block's place in the retriever's order
+    (`"rank"`: 0 for the first block, -1 for the second, ...), blocks scored `-inf` kept at `-inf`.
+    """
+    if getattr(config, "answer_block_prior", "retrieval") != "rank":
+        return relevance_score
+    places = torch.arange(relevance_score.shape[-1], dtype=relevance_score.dtype, device=relevance_score.device)
+    return torch.where(torch.isneginf(relevance_score), relevance_score, -places.expand_as(relevance_score))
 
 
 def check_finite_reader_logits(reader_logits: torch.Tensor) -> None:
