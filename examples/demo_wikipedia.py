@@ -133,7 +133,7 @@ def model_options(args) -> dict:
         skip_answers_in_question=not args.keep_answers_in_question,
         # The hybrid retriever orders the blocks by BM25 + dense rank fusion; weighing the read blocks by their dense
         # scores would undo that fusion when the reader picks one, so answers weigh them by their place in the fused
-        # order. Chosen on 400 generated held-out questions outside the 200 reported (EM 40.3 -> 43.0), README.
+        # order. Chosen on 400 generated held-out questions outside the 200 reported (EM 40.25 -> 43.0), README.
         answer_block_prior="rank" if args.retrieval == "hybrid" else "retrieval",
         # No dropout: the warm-ups see each example about once (under an epoch), where dropout regularises little,
         # and on CPUs it costs a quarter of a reader step (drawing its masks, and attention falling off the fused kernel,
