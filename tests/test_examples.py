@@ -172,6 +172,15 @@ def test_wikipedia_demo_weighs_read_blocks_by_rank_only_with_the_hybrid_retrieva
     assert options(demo_wikipedia.parse_args(["--retrieval", "dense"]))["answer_block_prior"] == "retrieval"
 
 
+def test_wikipedia_demo_warms_the_retriever_up_by_default_only_for_dense_retrieval(examples_on_path):
+    import demo_wikipedia
+
+    assert demo_wikipedia.parse_args([]).retriever_steps == 0
+    assert demo_wikipedia.parse_args(["--retrieval", "dense"]).retriever_steps == 200
+    assert demo_wikipedia.parse_args(["--retriever-steps", "50"]).retriever_steps == 50
+    assert demo_wikipedia.parse_args(["--retrieval", "dense", "--retriever-steps", "0"]).retriever_steps == 0
+
+
 def test_wikipedia_demo_refuses_a_dropout_outside_0_to_1(examples_on_path, capsys):
     import demo_wikipedia
 
