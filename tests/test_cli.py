@@ -440,17 +440,20 @@ def test_train_model_config_sets_training_settings_of_a_saved_model(converted, t
     assert "hidden_size cannot change a saved model" in err and "init_from_bert" in err
     assert run(*base, "--set", "model_config.reader_beam_positive=maybe") == 2
     assert "reader_beam_positive" in capsys.readouterr().err
+    assert run(*base, "--set", "model_config.answer_block_prior=bm25") == 2
+    assert "answer_block_prior" in capsys.readouterr().err
     assert not output.exists()
 
     saved = RealmForOpenQA.from_pretrained(converted).config
     assert saved.reader_beam_positive is False and saved.searcher_beam_size != 4
-    assert saved.skip_answers_in_question is False
+    assert saved.skip_answers_in_question is False and saved.answer_block_prior == "retrieval"
     settings = ["--set", "model_config.reader_beam_positive=true", "--set", "model_config.searcher_beam_size=4"]
     settings += ["--set", "model_config.skip_answers_in_question=true"]  # an answering setting, saved with the model
+    settings += ["--set", "model_config.answer_block_prior=rank"]
     assert run(*base, *settings) == 0
     trained = RealmForOpenQA.from_pretrained(output).config
     assert trained.reader_beam_positive is True and trained.searcher_beam_size == 4
-    assert trained.skip_answers_in_question is True
+    assert trained.skip_answers_in_question is True and trained.answer_block_prior == "rank"
 
 
 def test_train_config_errors(tmp_path, capsys):
