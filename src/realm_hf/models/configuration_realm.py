@@ -201,16 +201,8 @@ class RealmConfig(PreTrainedConfig):
                 f"{document_gradient_beam_size!r}."
             )
         self.document_gradient_beam_size = document_gradient_beam_size
-        reader_beam_positive = kwargs.pop("reader_beam_positive", False)
-        if not isinstance(reader_beam_positive, bool):
-            raise ValueError(f"`reader_beam_positive` must be True or False, got {reader_beam_positive!r}.")
-        self.reader_beam_positive = reader_beam_positive
-        retriever_loss = kwargs.pop("retriever_loss", "marginal")
-        if retriever_loss not in RETRIEVER_LOSSES:
-            raise ValueError(
-                f"`retriever_loss` must be one of {', '.join(map(repr, RETRIEVER_LOSSES))}, got {retriever_loss!r}."
-            )
-        self.retriever_loss = retriever_loss
+        self.reader_beam_positive = _pop_flag(kwargs, "reader_beam_positive", False)
+        self.retriever_loss = _pop_choice(kwargs, "retriever_loss", "marginal", RETRIEVER_LOSSES)
         temperature = kwargs.pop("retriever_loss_temperature", 1.0)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
             raise ValueError(f"`retriever_loss_temperature` must be a number > 0, got {temperature!r}.")
@@ -221,28 +213,10 @@ class RealmConfig(PreTrainedConfig):
         ):
             raise ValueError(f"`rerank_beam_size` must be None or a positive integer, got {rerank_beam_size!r}.")
         self.rerank_beam_size = rerank_beam_size
-        skip_answers_in_question = kwargs.pop("skip_answers_in_question", False)
-        if not isinstance(skip_answers_in_question, bool):
-            raise ValueError(f"`skip_answers_in_question` must be True or False, got {skip_answers_in_question!r}.")
-        self.skip_answers_in_question = skip_answers_in_question
-        answer_block_prior = kwargs.pop("answer_block_prior", "retrieval")
-        if answer_block_prior not in ANSWER_BLOCK_PRIORS:
-            raise ValueError(
-                f"`answer_block_prior` must be one of {', '.join(map(repr, ANSWER_BLOCK_PRIORS))}, got "
-                f"{answer_block_prior!r}."
-            )
-        self.answer_block_prior = answer_block_prior
-        retriever_pooling = kwargs.pop("retriever_pooling", "cls")
-        if retriever_pooling not in RETRIEVER_POOLING_MODES:
-            raise ValueError(
-                f"`retriever_pooling` must be one of {', '.join(map(repr, RETRIEVER_POOLING_MODES))}, got "
-                f"{retriever_pooling!r}."
-            )
-        self.retriever_pooling = retriever_pooling
-        reader_trained = kwargs.pop("reader_trained", True)
-        if not isinstance(reader_trained, bool):
-            raise ValueError(f"`reader_trained` must be True or False, got {reader_trained!r}.")
-        self.reader_trained = reader_trained
+        self.skip_answers_in_question = _pop_flag(kwargs, "skip_answers_in_question", False)
+        self.answer_block_prior = _pop_choice(kwargs, "answer_block_prior", "retrieval", ANSWER_BLOCK_PRIORS)
+        self.retriever_pooling = _pop_choice(kwargs, "retriever_pooling", "cls", RETRIEVER_POOLING_MODES)
+        self.reader_trained = _pop_flag(kwargs, "reader_trained", True)
         base_model = kwargs.pop("base_model", None)
         if base_model is not None and not isinstance(base_model, str):
             raise ValueError(f"`base_model` must be a Hub model id (a string) or None, got {base_model!r}.")
@@ -314,6 +288,22 @@ def _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searc
             f"of at least {minimum} (at least {_MIN_READER_SEQ_LEN}, and at least max_span_width={max_span_width}, "
             f"the widest span scored), got {reader_seq_len!r}. REALM reads 320 (288-wordpiece blocks)."
         )
+
+
+def _pop_flag(kwargs: dict, name: str, default: bool) -> bool:
+    """`kwargs[name]` (removed) or `default`, checked to be a bool."""
+    value = kwargs.pop(name, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return value
+
+
+def _pop_choice(kwargs: dict, name: str, default: str, choices: tuple) -> str:
+    """`kwargs[name]` (removed) or `default`, checked to be one of `choices`."""
+    value = kwargs.pop(name, default)
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}, got {value!r}.")
+    return value
 
 
 # [CLS] q [SEP] b [SEP]: the shortest reader input that holds a question wordpiece and a block wordpiece.
