@@ -124,13 +124,42 @@ def qa_dataset(questions) -> datasets.Dataset:
     return datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
 
 
-def evaluate(model, sets: dict) -> dict:
+def evaluate(model, sets: dict, questions: dict | None = None) -> dict:
+    """
+    EM / F1 / recall@1, 5, 20 of each set; with `questions` (each set's question dicts, with `title`), also how many
+    were answered right by the kind of their answer ([`right_by_answer_kind`]).
+    """
     from realm_hf.training.openqa import evaluate_openqa
 
-    return {
-        name: evaluate_openqa(model, data, recall_ks=(1, 5, 20), batch_size=32, show_progress=False)
-        for name, data in sets.items()
-    }
+    results = {}
+    for name, data in sets.items():
+        split = questions is not None and name in questions
+        metrics = evaluate_openqa(
+            model, data, recall_ks=(1, 5, 20), batch_size=32, show_progress=False, return_predictions=split
+        )
+        if split:
+            metrics["right_by_answer_kind"] = right_by_answer_kind(questions[name], metrics.pop("predictions"))
+        results[name] = metrics
+    return results
+
+
+def right_by_answer_kind(questions, predictions) -> dict:
+    """
+    Right answers and questions per kind of answer: `"title"` when a gold answer is the title of the question's article
+    (the article's subject, e.g. every description question), `"in-text"` when the answer is a span inside it. The
+    two ask different things of the reader (README: what bounds the in-text answers).
+    """
+    from realm_hf.metrics import exact_match_score, normalize_answer
+
+    if len(questions) != len(predictions):
+        raise ValueError(f"{len(questions)} questions but {len(predictions)} predictions.")
+    counts = {"title": [0, 0], "in-text": [0, 0]}
+    for question, prediction in zip(questions, predictions):
+        title = normalize_answer(question["title"])
+        kind = "title" if any(normalize_answer(a) == title for a in question["answers"]) else "in-text"
+        counts[kind][0] += bool(exact_match_score(prediction or "", question["answers"]))
+        counts[kind][1] += 1
+    return {kind: {"right": right, "questions": total} for kind, (right, total) in counts.items()}
 
 
 def model_options(args) -> dict:
@@ -328,7 +357,7 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
 
     stages = train_stages(args, start)
     log("Evaluating after training ...")
-    after = evaluate(model, sets)
+    after = evaluate(model, sets, questions={"generated": held_out, "hand-written": task["handwritten"]})
     log(f"after: {json.dumps(after)}")
 
     tmp_dir = model_dir + ".tmp"
@@ -399,6 +428,13 @@ def print_table(title: str, before: dict, after: dict) -> None:
     for name, m in (("before training", before), ("after training", after)):
         r1, r5, r20 = (m.get(f"recall@{k}", float("nan")) for k in (1, 5, 20))
         print(f"{name:22} {m['exact_match']:6.1f} {m['f1']:6.1f} {r1:9.2f} {r5:9.2f} {r20:10.2f}")
+    kinds = after.get("right_by_answer_kind")  # absent from a model saved before it was measured
+    if kinds:
+        title, in_text = kinds["title"], kinds["in-text"]
+        print(
+            f"after training, right: {title['right']} of {title['questions']} whose answer is the article's title, "
+            f"{in_text['right']} of {in_text['questions']} whose answer is in its text"
+        )
 
 
 def answer_with_pipeline(model_dir: str, shown: list[dict]) -> int:

@@ -181,6 +181,24 @@ def test_wikipedia_demo_warms_the_retriever_up_by_default_only_for_dense_retriev
     assert demo_wikipedia.parse_args(["--retrieval", "dense", "--retriever-steps", "0"]).retriever_steps == 0
 
 
+def test_wikipedia_demo_splits_right_answers_by_whether_the_answer_is_the_articles_title(examples_on_path):
+    import demo_wikipedia
+
+    questions = [
+        {"title": "Alfred Hitchcock", "answers": ["Alfred Hitchcock", "Hitchcock"]},  # the title, among others
+        {"title": "Riddle", "answers": ["riddle"]},  # the title, up to case
+        {"title": "Campbell's Soup Cans", "answers": ["32"]},
+        {"title": "Kingdom of Germany", "answers": ["Treaty of Verdun"]},
+    ]
+    predictions = ["hitchcock", "Puzzle", "32", None]  # None: a question that could not be answered
+    assert demo_wikipedia.right_by_answer_kind(questions, predictions) == {
+        "title": {"right": 1, "questions": 2},
+        "in-text": {"right": 1, "questions": 2},
+    }
+    with pytest.raises(ValueError, match="4 questions but 3 predictions"):
+        demo_wikipedia.right_by_answer_kind(questions, predictions[:3])
+
+
 def test_wikipedia_demo_refuses_a_dropout_outside_0_to_1(examples_on_path, capsys):
     import demo_wikipedia
 
@@ -211,6 +229,13 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     results = json.loads((model_dir / "demo_results.json").read_text())
     assert [s["stage"] for s in results["stages"]] == ["retriever warm-up", "reader warm-up", "Open-QA fine-tuning"]
     assert set(results["after"]) == {"generated", "hand-written"}
+    # Right answers split by the kind of answer add up to the set's EM, and are printed.
+    for name, size in results["num_held_out"].items():
+        after = results["after"][name]
+        kinds = after["right_by_answer_kind"]
+        assert kinds["title"]["questions"] + kinds["in-text"]["questions"] == size
+        assert kinds["title"]["right"] + kinds["in-text"]["right"] == round(after["exact_match"] * size / 100)
+    assert "whose answer is in its text" in out
     card = (model_dir / "README.md").read_text()
     assert "CC BY-SA 4.0" in card and "cc-by-sa-4.0" in card
     model = RealmForOpenQA.from_pretrained(model_dir)
