@@ -425,3 +425,35 @@ def test_cli_evaluate_output_directory_is_named_before_any_work(tmp_path, capsys
     status = main(["-q", "evaluate", str(qa_file), "--model", str(model), "--output", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and f"--output {str(tmp_path)!r} is a directory: give a file name" in err
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("docs.jsonl", b"", "is empty: give a json file"),  # datasets answered with a bare StopIteration
+        ("docs.jsonl", b"\n  \n\n", "holds only blank lines"),
+        ("docs.csv", b"", "is empty: give a csv file"),
+        ("docs.csv", b"title,text\n", r"no records \(a header only\?\)"),  # datasets: 'Instruction "train" ...'
+        ("docs.parquet", b"", "is empty: give a parquet file"),
+    ],
+)
+def test_cli_documents_file_without_records_is_named(tmp_path, name, content, message):
+    from realm_hf.cli.common import CLIError
+    from realm_hf.cli.readers import load_documents
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(CLIError, match=message) as caught:
+        load_documents([str(path)])
+    assert str(path) in str(caught.value)
+
+
+def test_cli_model_given_as_a_file_is_named(tmp_path, capsys):
+    from realm_hf.cli import main
+
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"not a directory")
+    status = main(["-q", "ask", "--model", str(model), "who wrote unix?"])
+    err = capsys.readouterr().err
+    # Before: the Hub client's "Repo id must be in the form 'repo_name' or 'namespace/repo_name'".
+    assert status == 2 and f"Model {str(model)!r} is a file: give a model directory" in err

@@ -126,6 +126,9 @@ def architecture_of(config: dict) -> str:
 
 
 def require_local_or_hub(path: str, what: str) -> None:
+    if os.path.isfile(path):
+        # Else the Hub client reads the path as a repo id and answers "Repo id must be in the form ...".
+        raise CLIError(f"{what} {path!r} is a file: give a model directory (with config.json) or a Hub repo id.")
     if not os.path.exists(path) and not is_hub_id(path):
         raise CLIError(f"{what} {path!r} does not exist.")
 

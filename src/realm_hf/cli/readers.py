@@ -58,6 +58,8 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
                 raise CLIError(f"{paths[0]} holds splits {sorted(loaded)}; choose one with --split.")
             loaded = loaded[split]
         return loaded
+    for path in paths:
+        _check_not_empty(path, kind)
     kwargs = {"sep": "\t"} if kind == "csv" and all(p.lower().endswith(".tsv") for p in paths) else {}
     try:
         loaded = datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
@@ -77,6 +79,25 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
                 _check_json_lines(path)  # names the file and line that datasets' error leaves out
         cause = err.__cause__ or err
         raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {cause}") from err
+    except ValueError as err:
+        if "corresponds to no data" not in str(err):
+            raise
+        # datasets' words for files that parse to no row at all (a CSV of a header only).
+        raise CLIError(f"{', '.join(paths)}: no records (a header only?): give at least one row.") from None
+
+
+def _check_not_empty(path: str, kind: str) -> None:
+    """Raise a `CLIError` for a data file with nothing in it, which datasets' readers answer with a bare
+    `StopIteration` (JSON lines) or an error that does not name the file."""
+    if os.path.getsize(path) == 0:
+        raise CLIError(f"{path} is empty: give a {kind} file with at least one record.")
+    if kind in ("json", "csv") and not path.lower().endswith(".gz"):
+        with open(path, "rb") as f:
+            # Whitespace only (blank lines): as empty as a file of no bytes. Read in chunks: files can be large.
+            while chunk := f.read(1 << 16):
+                if chunk.strip():
+                    return
+        raise CLIError(f"{path} holds only blank lines: give a {kind} file with at least one record.")
 
 
 def _check_utf8(path: str) -> None:
