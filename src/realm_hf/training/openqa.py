@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
 from transformers import Trainer, TrainerCallback
 
@@ -79,20 +80,31 @@ class DataCollatorForOpenQA:
 
 
 def check_training_questions(
-    dataset, tokenizer, max_question_length: int = 64, question_column: str = "question", what: str = "training"
+    dataset,
+    tokenizer,
+    max_question_length: int = 64,
+    question_column: str = "question",
+    what: str = "training",
+    answers_column: str | None = None,
 ) -> int:
     """
     Check a QA dataset's questions before training starts (so a bad record stops the run before the first step, not
-    at it): a missing column, a question that is not a non-empty, decodable string, or one without a content wordpiece
-    (only emoji, punctuation, special tokens: `realm_hf.user_text`) raises a `ValueError` naming its record; questions longer than `max_question_length` wordpieces are counted and logged (the collator cuts them).
+    at it): a missing column (`question_column`, and `answers_column` when given), no record at all, a question that
+    is not a non-empty, decodable string, or one without a content wordpiece (only emoji, punctuation, special
+    tokens: `realm_hf.user_text`) raises a `ValueError` naming its record; questions longer than
+    `max_question_length` wordpieces are counted and logged (the collator cuts them).
 
     Returns:
         `int`: how many questions will be cut.
     """
-    if question_column not in dataset.column_names:
-        raise ValueError(
-            f"The {what} data has no {question_column!r} column (columns: {', '.join(dataset.column_names)})."
-        )
+    for column in (question_column, answers_column):
+        if column is not None and column not in dataset.column_names:
+            raise ValueError(
+                f"The {what} data has no {column!r} column (columns: {', '.join(dataset.column_names)}); rename "
+                f"yours with `dataset.rename_column(...)`."
+            )
+    if len(dataset) == 0:
+        raise ValueError(f"The {what} data is empty: give at least one question.")
     questions = list(dataset[question_column])
     # Records are numbered from 1, as the CLI's file readers number them.
     problems = [(i + 1, reason) for i, reason in question_content_problems(questions, tokenizer)]
@@ -143,6 +155,13 @@ def evaluate_openqa(
     tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    for column in (question_column, answers_column):
+        if column not in dataset.column_names:
+            # datasets' own words ("Column 'answers' doesn't exist.") do not say which data or what to do.
+            raise ValueError(
+                f"The evaluation data has no {column!r} column (columns: {', '.join(dataset.column_names)}); rename "
+                f"yours with `dataset.rename_column(...)` or pass `{'question' if column == question_column else 'answers'}_column`."
+            )
     questions = list(dataset[question_column])
     references = [[a] if isinstance(a, str) else list(a) for a in dataset[answers_column]]
     if not questions:
@@ -286,6 +305,20 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
                 model.retriever.tokenizer, max_question_length=min(64, max_positions - 2)
             )
         super().__init__(*args, **kwargs)
+        collator = self.data_collator
+        if isinstance(collator, DataCollatorForOpenQA):
+            # A bad record or a missing column fails here, not at the first step (where the stock Trainer says
+            # only that the model returned no loss, or the collator a bare KeyError).
+            for dataset, what in ((self.train_dataset, "training"), (self.eval_dataset, "evaluation")):
+                if isinstance(dataset, datasets.Dataset):  # streamed data is checked by the collator as it comes
+                    check_training_questions(
+                        dataset,
+                        collator.tokenizer,
+                        collator.max_question_length,
+                        collator.question_column,
+                        what,
+                        answers_column=collator.answers_column,
+                    )
         self.recall_ks = tuple(recall_ks)
         # An optimizer step updates the reader: `config.reader_trained` (False after `init_from_bert`) becomes True.
         self.add_callback(MarkReaderTrainedCallback())

@@ -144,8 +144,8 @@ def openqa_trainer(
     """
     The Open-QA fine-tuning Trainer: [`RealmOpenQATrainer`] (its collator is [`DataCollatorForOpenQA`] with the
     retriever's tokenizer) with `reindex`, if given, first among the callbacks so `report_to` integrations receive the
-    refresh metrics. `model` may be a PEFT wrapper. The questions of both datasets are checked first
-    ([`check_training_questions`]): a bad record fails here, not at a training step.
+    refresh metrics. `model` may be a PEFT wrapper. The questions of both datasets are checked first (by the Trainer,
+    [`check_training_questions`]): a bad record fails here, not at a training step.
     """
     trainer = RealmOpenQATrainer(
         model=model,
@@ -156,13 +156,6 @@ def openqa_trainer(
         callbacks=list(callbacks) or None,
         **kwargs,
     )
-    collator = trainer.data_collator
-    if isinstance(collator, DataCollatorForOpenQA):
-        for dataset, what in ((train_dataset, "training"), (eval_dataset, "evaluation")):
-            if isinstance(dataset, datasets.Dataset):  # streamed data is checked by the collator as it comes
-                check_training_questions(
-                    dataset, collator.tokenizer, collator.max_question_length, collator.question_column, what
-                )
     if reindex is not None:
         reindex.attach(trainer)
     return trainer
@@ -407,7 +400,9 @@ def retriever_warmup_trainer(model, args: TrainingArguments, train_dataset) -> R
         model.require_retriever().tokenizer, max_question_length=min(64, max_positions - 2)
     )
     if isinstance(train_dataset, datasets.Dataset):
-        check_training_questions(train_dataset, collator.tokenizer, collator.max_question_length)
+        check_training_questions(
+            train_dataset, collator.tokenizer, collator.max_question_length, answers_column="answers"
+        )
     train_dataset = with_length_column(train_dataset, args, ("question",))
     return RealmRetrieverTrainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
 

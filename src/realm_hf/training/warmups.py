@@ -25,9 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
 from transformers import Trainer
 
+from ..logging_utils import get_logger
 from ..metrics import has_answer, normalize_answer
 from ..models.modeling_reader import _marginal_log_loss
 from ..models.reader_inputs import (
@@ -42,6 +44,8 @@ from ..user_text import check_positive_int
 from .openqa import keep_data_columns
 from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
+
+logger = get_logger(__name__)
 
 __all__ = [
     "DataCollatorForReaderWarmup",
@@ -247,7 +251,8 @@ class DataCollatorForReaderWarmup:
     Batches `{"question", "context", "answers"}` examples for [`RealmReader`]: each question paired with its context
     as the reader reads a retrieved block (`[CLS] question [SEP] block [SEP]`, cut to `max_length`), and with its
     `negatives` too when the examples carry them ([`add_retrieved_negatives`]: one beam per question), with the gold
-    spans marked and zero retrieval scores. An example whose answer was cut off counts for nothing in the loss.
+    spans marked and zero retrieval scores. An example whose answer is not in what is read (absent from its context,
+    or cut off) counts for nothing in the loss: the first is logged and `num_without_answer` counts them.
 
     Args:
         tokenizer: The reader's BERT WordPiece tokenizer.
@@ -256,6 +261,7 @@ class DataCollatorForReaderWarmup:
 
     tokenizer: Any
     max_length: int
+    num_without_answer: int = 0
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         questions = [e["question"] for e in examples]
@@ -271,6 +277,19 @@ class DataCollatorForReaderWarmup:
             answer_ids=tokenize_answers(self.tokenizer, answers),
             max_length=self.max_length,
         )
+        missing = [i for i, found in enumerate(inputs.has_answers.any(-1).tolist()) if not found]
+        if missing:
+            # Such an example trains nothing: say so once, or a file of them trains a reader at loss 0 in silence.
+            if not self.num_without_answer:
+                logger.warning(
+                    "Reader warm-up example without its answer in the first %d wordpieces read (question %r, answers "
+                    "%r): it adds nothing to the loss. Further ones are counted in the collator's "
+                    "`num_without_answer`.",
+                    self.max_length,
+                    questions[missing[0]],
+                    answers[missing[0]],
+                )
+            self.num_without_answer += len(missing)
         return {
             "input_ids": inputs.input_ids,
             "attention_mask": inputs.attention_mask,
@@ -288,8 +307,23 @@ class RealmReaderTrainer(RealmCheckpointMixin, Trainer):
     """
     [`~transformers.Trainer`] for the reader warm-up: trains a [`RealmReader`] (e.g. `open_qa_model.reader`) on
     [`DataCollatorForReaderWarmup`] batches. It keeps the `question`, `context` and `answers` columns for the collator
-    (the stock Trainer would drop them as unknown to the reader's `forward`).
+    (the stock Trainer would drop them as unknown to the reader's `forward`), and refuses a training set without
+    them, or without a record, before the first step.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        dataset = self.train_dataset
+        if isinstance(dataset, datasets.Dataset):  # streamed data meets the collator's checks as it comes
+            missing = [c for c in ("question", "context", "answers") if c not in dataset.column_names]
+            if missing:
+                raise ValueError(
+                    f"The reader warm-up data has no {', '.join(map(repr, missing))} column (columns: "
+                    f"{', '.join(dataset.column_names)}): each example is a question, the context that answers it and "
+                    "its answers (e.g. `reader_warmup_examples`)."
+                )
+            if len(dataset) == 0:
+                raise ValueError("The reader warm-up data is empty: give at least one example.")
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
