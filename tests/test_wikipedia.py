@@ -141,6 +141,36 @@ def test_task_refuses_hand_written_questions_about_unknown_articles(articles):
         make_wikipedia_qa_task(articles, handwritten=[{"question": "q", "answers": ["a"], "title": "Atlantis"}])
 
 
+def test_task_refuses_no_articles_and_hand_written_questions_without_a_title(articles):
+    # Before: an empty task returned in silence, and a KeyError: 'title' from deep in the split.
+    with pytest.raises(ValueError, match="No articles to build questions from"):
+        make_wikipedia_qa_task([])
+    with pytest.raises(ValueError, match="Hand-written question 0: `title` must be non-empty text"):
+        make_wikipedia_qa_task(articles, handwritten=[{"question": "q", "answers": ["a"]}])
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ("", "holds no questions"),  # before: [] in silence
+        (
+            '{"question": "q", "answers": ["a"], "title": "T"}\nnot json\n',
+            "line 2: invalid JSON",
+        ),  # a bare JSONDecodeError
+        ('{"question": "q", "title": "T"}\n', "line 1: `answers` must be a non-empty list"),  # accepted before
+        ('{"question": "q", "answers": "a", "title": "T"}\n', "line 1: `answers` must be a non-empty list"),
+        ('{"question": " ", "answers": ["a"], "title": "T"}\n', "line 1: `question` must be non-empty text"),
+        ('["q", ["a"], "T"]\n', "line 1: expected a JSON object"),
+    ],
+)
+def test_hand_written_question_files_are_checked_line_by_line(tmp_path, lines, message):
+    path = tmp_path / "questions.jsonl"
+    path.write_text(lines)
+    with pytest.raises(ValueError, match=message) as caught:
+        load_handwritten_questions(path)
+    assert str(path) in str(caught.value)
+
+
 def test_shipped_hand_written_questions_are_well_formed():
     questions = load_handwritten_questions()
     assert len(questions) >= 100

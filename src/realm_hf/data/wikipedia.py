@@ -275,8 +275,38 @@ def load_handwritten_questions(path: str | os.PathLike | None = None) -> list[di
     holds the answer. Never train or tune on them.
     """
     path = HANDWRITTEN_PATH if path is None else os.fspath(path)
+    questions = []
     with open(path, encoding="utf-8") as f:
-        return [dict(json.loads(line), kind="handwritten") for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {number}: invalid JSON: {err.msg}.") from None
+            problem = _handwritten_question_problem(record)
+            if problem:
+                raise ValueError(f"{path}, line {number}: {problem}.")
+            questions.append(dict(record, kind="handwritten"))
+    if not questions:
+        raise ValueError(
+            f"{path} holds no questions: write one JSON object per line with `question`, `answers` and `title`."
+        )
+    return questions
+
+
+def _handwritten_question_problem(record) -> str | None:
+    """Why `record` is not a hand-written question (`question`, a non-empty `answers` list and the `title` of the
+    article holding the answer, all text), or `None`."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object with `question`, `answers` and `title`, got {type(record).__name__}"
+    for key in ("question", "title"):
+        if not isinstance(record.get(key), str) or not record[key].strip():
+            return f"`{key}` must be non-empty text, got {record.get(key)!r}"
+    answers = record.get("answers")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+        return f"`answers` must be a non-empty list of non-empty strings, got {answers!r}"
+    return None
 
 
 def make_wikipedia_qa_task(
@@ -308,8 +338,15 @@ def make_wikipedia_qa_task(
     unknown = set(kinds) - {"description", "cloze"}
     if unknown:
         raise ValueError(f"Unknown question kinds {sorted(unknown)}; use 'description' and/or 'cloze'.")
+    if not articles:
+        raise ValueError("No articles to build questions from: pass the documents of `load_vital_articles`.")
     by_title = {a["title"]: a for a in articles}
     handwritten = [dict(q) for q in (handwritten or [])]
+    for number, q in enumerate(handwritten):
+        # Checked here too: hand-written questions may come from code, not only from `load_handwritten_questions`.
+        problem = _handwritten_question_problem(q)
+        if problem:
+            raise ValueError(f"Hand-written question {number}: {problem}.")
     missing = sorted({q["title"] for q in handwritten if q.get("title") not in by_title})
     if missing:
         raise ValueError(f"Hand-written questions name articles that are not in the corpus: {missing}")
