@@ -21,6 +21,7 @@ import importlib
 import json
 import logging
 import os
+import pickle
 import re
 import sys
 import traceback
@@ -116,7 +117,14 @@ def config_of(model_dir: str) -> dict:
     path = os.path.join(model_dir, "config.json")
     if not os.path.isfile(path):
         raise CLIError(f"{model_dir} has no config.json: not a model directory.")
-    return read_json_file(path)
+    try:
+        config = read_json_file(path)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        # json's own message named neither the file nor what to do ("Expecting property name ...: line 2 column 1").
+        raise CLIError(f"{path} is not valid JSON ({err}): restore it from the original save.") from None
+    if not isinstance(config, dict):
+        raise CLIError(f"{path} holds a JSON {type(config).__name__}, not a model config: restore it.")
+    return config
 
 
 def architecture_of(config: dict) -> str:
@@ -227,6 +235,29 @@ def check_output_dir(output: str, overwrite: bool) -> None:
             raise CLIError(f"{output} already exists and is not empty; pass --overwrite to replace it.")
 
 
+@contextlib.contextmanager
+def reading_weights(path: str) -> Iterator[None]:
+    """
+    Turn the errors a damaged weights file raises while a model loads into a `CLIError` naming the directory: a
+    truncated `model.safetensors` (safetensors' `SafetensorError`), a truncated or foreign `pytorch_model.bin`
+    (torch's `RuntimeError` from its zip reader, or a bare `KeyError: 101`), which came out as a traceback or as
+    `error: 101`.
+    """
+    from safetensors import SafetensorError  # deferred: see library_progress_bars
+
+    try:
+        yield
+    except CLIError:
+        raise
+    except (SafetensorError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+        detail = str(err).splitlines()[0] if str(err) else ""
+        raise CLIError(
+            f"Could not load the model in {path} ({type(err).__name__}: {detail}). A weights file (model.safetensors "
+            "or pytorch_model.bin) that is truncated or damaged fails this way: restore it from the original save, "
+            "or download it again."
+        ) from err
+
+
 def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None, need_retriever: bool = True):
     """A `RealmForOpenQA` in eval mode on `device`, refusing a directory that holds another architecture."""
     # deferred: the cli package imports nothing heavy at module level
@@ -237,7 +268,8 @@ def load_openqa(path: str, allow_pickle: bool = False, device: str | None = None
         found = architecture_of(config_of(path))
         if found and found != "RealmForOpenQA":
             raise CLIError(f"{path} holds a {found}, not a RealmForOpenQA question-answering model.")
-    model = RealmForOpenQA.from_pretrained(path, allow_pickle=allow_pickle)
+    with reading_weights(path):
+        model = RealmForOpenQA.from_pretrained(path, allow_pickle=allow_pickle)
     if need_retriever:
         model.require_retriever()  # says what to do (convert, allow_pickle, attach a corpus) when there is none
     model.to(default_device(device))
@@ -283,11 +315,15 @@ def check_embedder_dir(path: str, what: str = "--model") -> None:
 
 def embedder_from_dir(path: str):
     """The embedder that fills an index, from a REALM model directory: (embedder, description)."""
+    check_embedder_dir(path)
+    with reading_weights(path):
+        return _embedder_from_dir(path, architecture_of(config_of(path)))
+
+
+def _embedder_from_dir(path: str, found: str):
     from ..models.modeling_embedder import RealmEmbedder, RealmScorer  # deferred: see load_openqa
     from ..models.modeling_openqa import RealmForOpenQA
 
-    check_embedder_dir(path)
-    found = architecture_of(config_of(path))
     if found == "RealmEmbedder" or not found:
         return RealmEmbedder.from_pretrained(path), "embedder"
     if found == "RealmScorer":

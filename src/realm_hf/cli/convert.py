@@ -19,6 +19,7 @@ from .common import (
     load_tokenizer,
     load_without_retriever,
     logger,
+    reading_weights,
 )
 
 _PICKLE_REFUSAL = (
@@ -68,7 +69,7 @@ def run(args) -> int:
     check_output_dir(output, args.overwrite)
     tokenizer = load_tokenizer(source)
 
-    with atomic_output_dir(output, overwrite=args.overwrite) as tmp:
+    with atomic_output_dir(output, overwrite=args.overwrite) as tmp, reading_weights(source):
         if architecture == "RealmForOpenQA" or has_records:
             from ..models.modeling_openqa import RealmForOpenQA
 

@@ -22,6 +22,29 @@ def _check_output_file(option: str, path: str | None) -> None:
         raise CLIError(f"{option} {path!r}: the folder {parent!r} does not exist; create it first.")
 
 
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def _check_outputs(args) -> None:
+    """Refuse outputs that would overwrite the QA file or each other (the QA file was replaced by the metrics)."""
+    outputs = (("--output", args.output), ("--predictions", args.predictions))
+    for option, path in outputs:
+        _check_output_file(option, path)  # before the evaluation, not after it
+        if path and _same_file(path, args.qa_file):
+            raise CLIError(f"{option} {path!r} is the QA file being evaluated: write the results to another file.")
+    if args.output and args.predictions and _same_file(args.output, args.predictions):
+        raise CLIError(
+            f"--output and --predictions both name {args.output!r}: the predictions would replace the metrics; give "
+            "two files."
+        )
+
+
 def run(args) -> int:
     from ..metrics import exact_match_score, f1_score
     from ..training.openqa import evaluate_openqa
@@ -29,10 +52,14 @@ def run(args) -> int:
     ks = sorted(set(args.ks))
     if any(k < 1 for k in ks):
         raise CLIError(f"--ks must be positive integers, got {args.ks}.")
-    for option, path in (("--output", args.output), ("--predictions", args.predictions)):
-        _check_output_file(option, path)  # before the evaluation, not after it
+    # Checked before the model loads: `--limit 0` evaluated every question, a negative one failed after the load.
+    if args.limit is not None and args.limit < 1:
+        raise CLIError(f"--limit must be at least 1 (the number of questions to evaluate), got {args.limit}.")
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    _check_outputs(args)
     dataset = load_qa(args.qa_file, args.question_column, args.answers_column, args.answers_separator, args.format)
-    if args.limit:
+    if args.limit is not None:
         dataset = dataset.select(range(min(args.limit, len(dataset))))
     model = load_openqa(args.model, args.allow_pickle, args.device)
     num_blocks = len(model.retriever)

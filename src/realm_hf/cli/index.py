@@ -82,6 +82,21 @@ def run(args) -> int:
             ) from None
     if args.max_block_length < 8:
         raise CLIError(f"--max-block-length must be at least 8 wordpieces, got {args.max_block_length}.")
+    # Checked before any document is read or embedded: a bad --batch-size or --dtype failed only after the model had
+    # loaded, and a negative --train-size was taken (an IVF index trained on a slice cut from the end).
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    if args.train_size is not None and args.train_size < 1:
+        raise CLIError(
+            f"--train-size must be at least 1 vector (leave it out to train on all), got {args.train_size}."
+        )
+    if args.dtype is not None:
+        from ..precision import parse_dtype  # deferred: it imports torch
+
+        try:
+            parse_dtype(args.dtype)
+        except ValueError:
+            raise CLIError(f"--dtype must be fp32, bf16, auto or fp16 (GPUs only), got {args.dtype!r}.") from None
 
     documents = load_documents(
         args.documents, args.text_column, args.title_column, args.id_column, fmt=args.format, split=args.split
@@ -103,6 +118,13 @@ def run(args) -> int:
                 f"{expected}-d (retriever_proj_size): use that model's embedder."
             )
     device = default_device(args.device)
+    from ..retrieval.index import new_index  # local import: retrieval pulls in faiss and datasets
+
+    try:
+        # An empty index of this factory string: a typo fails now, not after the whole corpus is embedded.
+        new_index(factory, embedder.config.retriever_proj_size)
+    except ValueError as err:
+        raise CLIError(f"--index {args.index!r}: {err}") from None
     info(f"Embedding with the {description} of {embedder_dir} on {device}, index {args.index}.")
     retriever = RealmRetriever.from_documents(
         documents,

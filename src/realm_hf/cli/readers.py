@@ -192,18 +192,37 @@ def load_documents(
         title_column = None
     if id_column and id_column not in columns:
         raise CLIError(f"The documents have no id column {id_column!r} (columns: {', '.join(columns)}).")
+    # One column named for two roles: the renames below would map it once, silently (`--text-column title` indexed
+    # the `text` column; `--id-column title` left every block without its title; `--title-column text` and
+    # `--id-column text` failed inside datasets with 'Field "text" does not exist in schema').
+    if title_column is not None and title_column == text_column:
+        if title_column != "title":
+            raise CLIError(
+                f"--text-column and --title-column both name the column {text_column!r}: give the title column "
+                "another name, or leave --title-column out."
+            )
+        title_column = None  # the default title column is the text asked for: the blocks get no title
+    if id_column and id_column == text_column:
+        raise CLIError(
+            f"--id-column names the text column {text_column!r}: give a column of document ids (or leave it out to "
+            "number the documents by position)."
+        )
+    copy_id = bool(id_column) and id_column == title_column  # the title is also the id: kept as both
     renames = {text_column: "text"}
     if title_column:
         renames[title_column] = "title"
-    if id_column:
+    if id_column and not copy_id:
         renames[id_column] = "doc_id"
-    dropped = [c for c in columns if c not in renames and (c in renames.values() or c in _RESERVED_DOCUMENT_COLUMNS)]
+    targets = set(renames.values()) | ({"doc_id"} if copy_id else set())
+    dropped = [c for c in columns if c not in renames and (c in targets or c in _RESERVED_DOCUMENT_COLUMNS)]
     if dropped:
         logger.warning("Ignoring document column(s) %s: the corpus computes or renames them.", ", ".join(dropped))
         dataset = dataset.remove_columns(dropped)
     renames = {old: new for old, new in renames.items() if old != new}
     if renames:
         dataset = dataset.rename_columns(renames)
+    if copy_id:
+        dataset = dataset.add_column("doc_id", dataset["title"])
     if len(dataset) == 0:
         raise CLIError(f"No documents in {', '.join(paths)}.")
     for column in ("text", "title"):
@@ -223,9 +242,31 @@ def load_documents(
     return dataset
 
 
+def _answer_text(value) -> str | None:
+    """One gold answer as text: a string, or a number (a CSV cell of digits reads as one); `None` for a missing value.
+    Anything else raises a `TypeError` saying what it is (`str()` turned `null` into the answer "None")."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if value is None:
+            return None
+        raise TypeError(f"an answer is of type {type(value).__name__}, not text")
+    if isinstance(value, float):
+        if value != value:  # NaN: an empty cell of a numeric CSV column
+            return None
+        if value.is_integer():
+            return str(int(value))  # 1991, not "1991.0", from a numeric column with empty cells
+    return str(value)
+
+
 def _answers_list(value, separator: str | None) -> list[str]:
+    """The gold answers of one record. Raises a `TypeError` for a value that is no answer (a number list item is
+    fine; `null` items, booleans and mappings without `text` are not)."""
     if value is None:
         return []
+    if not isinstance(value, (str, dict, list, tuple)):
+        text = _answer_text(value)
+        return [] if text is None else [text]
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
@@ -234,13 +275,29 @@ def _answers_list(value, separator: str | None) -> list[str]:
             except json.JSONDecodeError:
                 parsed = None
             if isinstance(parsed, list):
-                return [str(a) for a in parsed]
+                return _answer_items(parsed)
         if separator:
             return [part.strip() for part in value.split(separator) if part.strip()]
         return [value]
-    if isinstance(value, dict) and "text" in value:  # SQuAD-style {"text": [...], "answer_start": [...]}
-        return _answers_list(value["text"], separator)
-    return [str(a) for a in value]
+    if isinstance(value, dict):
+        if "text" not in value:
+            # Iterating the mapping made its keys the answers: {"answer": "Paris"} was graded against "answer".
+            raise TypeError(
+                f"the answers are a mapping without 'text' (keys: {', '.join(map(str, value))}); give a list of "
+                'strings, a string or SQuAD\'s {"text": [...]}'
+            )
+        return _answers_list(value["text"], separator)  # SQuAD-style {"text": [...], "answer_start": [...]}
+    return _answer_items(value)
+
+
+def _answer_items(values) -> list[str]:
+    answers = []
+    for item in values:
+        text = _answer_text(item)
+        if text is None:
+            raise TypeError("an answer in the list is null")
+        answers.append(text)
+    return answers
 
 
 def load_qa(path: str, question_column: str, answers_column: str | None, separator: str | None = "|", fmt="auto"):
@@ -290,7 +347,15 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
     if answers_column is not None:
         if answers_column not in columns:
             raise CLIError(f"{path} has no answers column {answers_column!r} (columns: {', '.join(columns)}).")
-        answers = [_answers_list(value, separator) for value in get(answers_column)]
+        answers = []
+        for number, value in enumerate(get(answers_column), 1):
+            try:
+                answers.append(_answers_list(value, separator))
+            except TypeError as err:  # a traceback before, or a gold answer "None"
+                where = places[number - 1] if places else f"record {number}"
+                raise CLIError(
+                    f"{path}, {where}: {err}: give each answer as a string (column {answers_column!r})."
+                ) from None
         for number, golds in enumerate(answers, 1):
             where = places[number - 1] if places else f"record {number}"
             if not any(g.strip() for g in golds):
