@@ -7,6 +7,7 @@ The functions here are the single source of truth; the `evaluate` metric module 
 from __future__ import annotations
 
 import collections
+import numbers
 import os
 import re
 import string
@@ -58,10 +59,22 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
+def _check_answer_text(value, what: str) -> str:
+    # normalize_answer would fail on `.lower()` (AttributeError) or, for a number, never match its string form.
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{what} must be a string, got {type(value).__name__} {value!r}: convert answers to text first "
+            '(e.g. `str(answer)` for numbers, `""` for no answer).'
+        )
+    return value
+
+
 def _as_gold_list(ground_truths: str | Iterable[str]) -> list[str]:
     if isinstance(ground_truths, str):
         return [ground_truths]
-    golds = list(ground_truths)
+    if not isinstance(ground_truths, Iterable):
+        _check_answer_text(ground_truths, "A gold answer")
+    golds = [_check_answer_text(g, "A gold answer") for g in ground_truths]
     # SQuAD v2 convention: no (or only empty) golds means the correct answer is the empty string.
     return golds if any(normalize_answer(g) for g in golds) else [""]
 
@@ -98,6 +111,7 @@ def exact_match_score(prediction: str, ground_truths: str | Iterable[str]) -> fl
     Returns:
         `float`: 1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
     """
+    _check_answer_text(prediction, "The prediction")
     return max(_exact_match_single(prediction, gt) for gt in _as_gold_list(ground_truths))
 
 
@@ -116,6 +130,7 @@ def f1_score(prediction: str, ground_truths: str | Iterable[str], squad_v2: bool
     Returns:
         `float`: F1 in [0, 1].
     """
+    _check_answer_text(prediction, "The prediction")
     return max(_f1_single(prediction, gt, squad_v2) for gt in _as_gold_list(ground_truths))
 
 
@@ -141,6 +156,8 @@ def compute_qa_metrics(
     {'exact_match': 50.0, 'f1': 83.33333333333333, 'exact_match_count': 1, 'total': 2}
     ```
     """
+    _check_per_question(predictions, "predictions", "one predicted answer string per question")
+    _check_per_question(references, "references", "one string or list of gold answers per question")
     if len(predictions) != len(references):
         raise ValueError(f"Got {len(predictions)} predictions for {len(references)} references.")
     total = len(predictions)
@@ -154,11 +171,38 @@ def compute_qa_metrics(
     }
 
 
+def _check_per_question(values, name: str, expected: str) -> None:
+    # A bare string has a length too: its characters would be scored as questions (a silent wrong score).
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"`{name}` must be a list with {expected}, got {type(values).__name__} {values!r:.80}.")
+
+
 def _check_ks(ks: Iterable[int]) -> list[int]:
-    ks = sorted({int(k) for k in ks})
-    if not ks or ks[0] < 1:
+    # `ks=5` (not a list) or `ks=[1.5]` (cut to 1 by int()) would fail deep in a set comprehension or score silently.
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise TypeError(f"`ks` must be a list of cut-offs such as [1, 5, 10], got {ks!r}.")
+    ks = list(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 for k in ks):
         raise ValueError(f"`ks` must be positive integers, got {ks}.")
-    return ks
+    return sorted({int(k) for k in ks})
+
+
+def _gold_id_set(gold, question: int) -> set[int]:
+    """The gold block ids of one question: an id, several, or none (`None`: a miss)."""
+    if gold is None:
+        return set()
+    if hasattr(gold, "tolist"):  # tensors and numpy values, 0-d ones included (a 0-d tensor cannot be iterated)
+        gold = gold.tolist()
+    # A string is one id: iterating "12" gave the ids {1, 2}, a silent wrong recall.
+    if isinstance(gold, (str, bytes)) or not isinstance(gold, Iterable):
+        gold = [gold]
+    try:
+        return {int(g) for g in gold}
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"The gold block ids of question {question} must be integers (the `block_id`s a search returns), got "
+            f"{gold!r:.80}."
+        ) from None
 
 
 def recall_at_k(
@@ -185,8 +229,15 @@ def recall_at_k(
     ks = _check_ks(ks)
     # Rank of the first gold block per question (None: never retrieved); one pass serves every k.
     first_hits = []
-    for retrieved, gold in zip(retrieved_block_ids, gold_block_ids):
-        gold_set = {int(gold)} if isinstance(gold, int) or not isinstance(gold, Iterable) else {int(g) for g in gold}
+    for question, (retrieved, gold) in enumerate(zip(retrieved_block_ids, gold_block_ids)):
+        gold_set = _gold_id_set(gold, question)
+        if hasattr(retrieved, "tolist"):
+            retrieved = retrieved.tolist()
+        if isinstance(retrieved, (str, bytes)) or not isinstance(retrieved, Iterable):
+            raise TypeError(
+                f"`retrieved_block_ids` holds one list of block ids per question; question {question} has "
+                f"{retrieved!r:.80}. For one question pass `[ids]`."
+            )
         first_hits.append(next((rank for rank, b in enumerate(retrieved) if int(b) in gold_set), None))
     return _recall_from_first_hits(first_hits, ks)
 
@@ -208,10 +259,13 @@ def has_answer(text: str, answers: str | Iterable[str]) -> bool:
     Returns:
         `bool`
     """
+    _check_answer_text(text, "The block text")
     answers = [answers] if isinstance(answers, str) else answers
+    if not isinstance(answers, Iterable):
+        _check_answer_text(answers, "A gold answer")
     padded_text = f" {normalize_answer(text)} "
     for answer in answers:
-        normalized = normalize_answer(answer)
+        normalized = normalize_answer(_check_answer_text(answer, "A gold answer"))
         if normalized and f" {normalized} " in padded_text:
             return True
     return False
@@ -239,7 +293,13 @@ def answer_recall_at_k(
     ks = _check_ks(ks)
     max_k = ks[-1]
     first_hits = []
-    for texts, golds in zip(retrieved_texts, answers):
+    for question, (texts, golds) in enumerate(zip(retrieved_texts, answers)):
+        # A string per question would be sliced into characters, none of which holds an answer: recall 0 in silence.
+        if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
+            raise TypeError(
+                f"`retrieved_texts` holds one list of block texts per question; question {question} has a "
+                f"{type(texts).__name__}. For one retrieved block per question pass `[[text], ...]`."
+            )
         first_hits.append(next((rank for rank, t in enumerate(texts[:max_k]) if has_answer(t, golds)), None))
     return {f"answer_{key}": value for key, value in _recall_from_first_hits(first_hits, ks).items()}
 

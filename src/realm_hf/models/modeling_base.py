@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -55,6 +56,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         it (see [`realm_hf.file_utils.consistent_read`]).
         """
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
+            _refuse_part_of_a_whole_model(cls, pretrained_model_name_or_path, kwargs.get("subfolder"))
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -181,3 +183,78 @@ def _encoder_kwargs(output_attentions, output_hidden_states):
     if output_hidden_states is not None:
         kwargs["output_hidden_states"] = output_hidden_states
     return kwargs
+
+
+# The REALM models whose saved weights hold other REALM models under a prefix, and the attribute of each part.
+_WHOLE_MODELS = {
+    "RealmForOpenQA": {"RealmReader": "reader", "RealmEmbedder": "embedder"},
+    "RealmForPreTraining": {"RealmEmbedder": "embedder", "RealmKnowledgeAugEncoder": "encoder"},
+    "RealmForInverseClozeTask": {"RealmEmbedder": "embedder"},
+}
+
+
+def _refuse_part_of_a_whole_model(cls, path, subfolder=None) -> None:
+    """
+    Refuse loading one part (a reader, an embedder, ...) from a local directory saved by a model that holds it: its
+    weights are named `reader.*`, `embedder.*` there, so transformers found none of the part's own and returned it
+    randomly initialised, with only a load report to say so (a silent wrong answer). Local directories only (no Hub
+    call here).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    config_file = os.path.join(os.fspath(path), subfolder or "", "config.json")
+    if not os.path.isfile(config_file):
+        return
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            architectures = json.load(f).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # transformers reports an unreadable config
+    if cls.__name__ in architectures:
+        return
+    for whole in architectures:
+        attribute = _WHOLE_MODELS.get(whole, {}).get(cls.__name__)
+        if attribute is not None:
+            raise ValueError(
+                f"{os.fspath(path)} holds a {whole}, not a {cls.__name__}: its {cls.__name__} weights are saved "
+                f"under `{attribute}.`, so `{cls.__name__}.from_pretrained` would start a random one. Load the whole "
+                f"model and take the part: `{whole}.from_pretrained(path).{attribute}`."
+            )
+
+
+def check_input_shape(name: str, tensor, expected: tuple, meaning: str) -> None:
+    """
+    Refuse a model input whose shape is not `expected` (`None` entries: any size; a `(">=", n)` entry: at least `n`),
+    naming the input and the layout it must have. Mismatched inputs otherwise broadcast in silence (a batch of one
+    relevance score added to every question's blocks) or fail deep in torch with sizes that name no argument.
+    Metadata only: no device synchronisation.
+    """
+    if tensor is None:
+        return
+    shape = tuple(tensor.shape)
+    fits = len(shape) == len(expected) and all(
+        want is None or (got >= want[1] if isinstance(want, tuple) else got == want)
+        for got, want in zip(shape, expected)
+    )
+    if not fits:
+        layout = ", ".join(
+            "any" if want is None else (f">= {want[1]}" if isinstance(want, tuple) else str(want)) for want in expected
+        )
+        raise ValueError(f"`{name}` has shape {shape}, expected ({layout}): {meaning}.")
+
+
+def check_token_ids(name: str, input_ids, config) -> None:
+    """Refuse wordpiece ids that are not integers, or sequences longer than the position embeddings (metadata only)."""
+    if input_ids is None:
+        return
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        # torch's embedding said "Expected tensor for argument #1 'indices' to have one of the following scalar types".
+        raise TypeError(f"`{name}` must hold integer wordpiece ids (torch.long), got {input_ids.dtype}.")
+    max_positions = getattr(config, "max_position_embeddings", None)
+    if input_ids.dim() >= 1 and max_positions is not None and input_ids.shape[-1] > max_positions:
+        # BERT failed with "The expanded size of the tensor (100) must match the existing size (64)".
+        raise ValueError(
+            f"`{name}` has {input_ids.shape[-1]} tokens per sequence, more than the model's "
+            f"max_position_embeddings={max_positions}: truncate the inputs (tokenizer `truncation=True, "
+            f"max_length={max_positions}`)."
+        )

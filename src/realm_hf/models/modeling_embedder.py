@@ -10,7 +10,7 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertMod
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs
+from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
 
 
 @dataclass
@@ -114,6 +114,19 @@ class RealmEmbedder(RealmPreTrainedModel):
             [`RealmEmbedderOutput`] with `projected_score` of shape `(batch_size, retriever_proj_size)`.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_token_ids("input_ids", input_ids, self.config)
+        if input_ids is not None and input_ids.dim() != 2:
+            # BERT failed with "not enough values to unpack (expected 2, got 1)".
+            raise ValueError(
+                f"`input_ids` has shape {tuple(input_ids.shape)}; the embedder takes (batch_size, seq_len) (one text: "
+                "`input_ids[None]`, or the tokenizer with `return_tensors='pt'`)."
+            )
+        check_input_shape(
+            "attention_mask",
+            attention_mask,
+            tuple(input_ids.shape) if input_ids is not None else (None, None),
+            "one entry per token of `input_ids`",
+        )
         outputs = self.realm(
             input_ids,
             attention_mask=attention_mask,
@@ -228,6 +241,15 @@ class RealmScorer(RealmQueryEmbedderMixin, RealmPreTrainedModel):
         if candidate_input_ids is None and candidate_inputs_embeds is None:
             raise ValueError("You have to specify either candidate_input_ids or candidate_inputs_embeds.")
 
+        query_batch = input_ids.shape[0] if input_ids is not None else inputs_embeds.shape[0]
+        candidates = candidate_input_ids if candidate_input_ids is not None else candidate_inputs_embeds[..., 0]
+        # One query against another query's candidates broadcast in silence in the einsum below (batch 1 against 2).
+        check_input_shape(
+            "candidate_input_ids",
+            candidates,
+            (query_batch, None, None),
+            "(batch_size, num_candidates, seq_len): each query's candidate blocks, the batch size of `input_ids`",
+        )
         encoder_kwargs = _encoder_kwargs(output_attentions, output_hidden_states)
         query_score = self.query_embedder(
             input_ids,

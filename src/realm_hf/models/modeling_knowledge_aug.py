@@ -8,7 +8,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs
+from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
 
 
 def realm_marginal_mlm_loss(
@@ -68,6 +68,33 @@ class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
+    @staticmethod
+    def _check_loss_shapes(reference, relevance_score, labels, mlm_mask) -> None:
+        """
+        The loss inputs against `input_ids`: mismatches failed in torch's cross-entropy ("Expected input batch_size
+        (72) to match target batch_size (78)") or, for a 1-D `relevance_score`, broadcast over the batch in silence.
+        """
+        meaning = "(batch_size, num_candidates): the retrieval logits of each input's candidate blocks"
+        if reference.dim() == 3:
+            batch_size, num_candidates, seq_len = reference.shape
+        else:  # (batch_size * num_candidates, seq_len), flattened by the caller
+            check_input_shape("relevance_score", relevance_score, (labels.shape[0], None), meaning)
+            batch_size, num_candidates = relevance_score.shape
+            seq_len = reference.shape[-1]
+            if batch_size * num_candidates != reference.shape[0]:
+                raise ValueError(
+                    f"`input_ids` has shape {tuple(reference.shape)}, not ({batch_size} * {num_candidates} = "
+                    f"{batch_size * num_candidates}, seq_len) for the {batch_size} x {num_candidates} scores of "
+                    "`relevance_score`: pass each input joined with each of its candidate blocks, as (batch_size, "
+                    "num_candidates, seq_len)."
+                )
+        check_input_shape("relevance_score", relevance_score, (batch_size, num_candidates), meaning)
+        meaning = "(batch_size, seq_len): one masked-LM target per token of each input"
+        check_input_shape("labels", labels, (batch_size, seq_len), meaning)
+        check_input_shape("mlm_mask", mlm_mask, (batch_size, seq_len), meaning)
+        if labels.is_floating_point():
+            raise TypeError(f"`labels` must hold integer wordpiece ids (-100: no target), got {labels.dtype}.")
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -101,6 +128,11 @@ class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
         if labels is not None and relevance_score is None:
             raise ValueError(
                 "You have to specify `relevance_score` when `labels` is specified in order to compute loss."
+            )
+        check_token_ids("input_ids", input_ids, self.config)
+        if labels is not None:
+            self._check_loss_shapes(
+                input_ids if input_ids is not None else inputs_embeds[..., 0], relevance_score, labels, mlm_mask
             )
         flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
         if inputs_embeds is not None and inputs_embeds.dim() > 3:

@@ -10,7 +10,7 @@ from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs
+from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
 
 
 @dataclass
@@ -218,6 +218,27 @@ class RealmReader(RealmPreTrainedModel):
     def set_input_embeddings(self, value):
         self.realm.embeddings.word_embeddings = value
 
+    @staticmethod
+    def _check_reader_shapes(
+        batch_size, reader_beam_size, seq_len, attention_mask, token_type_ids, relevance_score, block_mask
+    ):
+        """The inputs' shapes against `input_ids`' (batched layout): a mismatch broadcast or failed deep in torch."""
+        pairs = (batch_size, reader_beam_size, seq_len)
+        check_input_shape("attention_mask", attention_mask, pairs, "one entry per token of `input_ids`")
+        check_input_shape("token_type_ids", token_type_ids, pairs, "one entry per token of `input_ids`")
+        check_input_shape(
+            "relevance_score",
+            relevance_score,
+            (batch_size, (">=", reader_beam_size)),
+            f"the retrieval scores of each question's blocks, at least the {reader_beam_size} blocks of `input_ids`",
+        )
+        check_input_shape(
+            "block_mask",
+            block_mask,
+            (batch_size, (">=", reader_beam_size), seq_len),
+            "one row per block of `relevance_score`, one entry per token of `input_ids`",
+        )
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -253,7 +274,15 @@ class RealmReader(RealmPreTrainedModel):
             raise ValueError("You have to specify `relevance_score` to calculate logits and loss.")
         if block_mask is None:
             raise ValueError("You have to specify `block_mask` to separate question block and evidence block.")
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("You have to specify either `input_ids` or `inputs_embeds`.")
+        check_token_ids("input_ids", input_ids, self.config)
         reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        if reference.dim() not in (2, 3):
+            raise ValueError(
+                f"`input_ids` has shape {tuple(reference.shape)}: the reader reads (question, block) pairs of shape "
+                "(reader_beam_size, seq_len) for one question or (batch_size, reader_beam_size, seq_len)."
+            )
         single = reference.dim() == 2
         if single:
             # Legacy layout: one question, its blocks along the first axis.
@@ -268,6 +297,17 @@ class RealmReader(RealmPreTrainedModel):
         batch_size, reader_beam_size, seq_len = (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape
         if seq_len < self.config.max_span_width:
             raise ValueError("The input sequence length must be greater than or equal to config.max_span_width.")
+        self._check_reader_shapes(
+            batch_size, reader_beam_size, seq_len, attention_mask, token_type_ids, relevance_score, block_mask
+        )
+        searcher_beam_size = relevance_score.shape[1]
+        for name, tensor in (("start_positions", start_positions), ("end_positions", end_positions)):
+            check_input_shape(
+                name, tensor, (batch_size, (">=", reader_beam_size), None), "gold positions in each read block"
+            )
+        check_input_shape(
+            "has_answers", has_answers, (batch_size, searcher_beam_size), "one flag per block of `relevance_score`"
+        )
 
         flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
         flat_block_mask = block_mask[:, :reader_beam_size].reshape(-1, seq_len)

@@ -34,6 +34,7 @@ from typing import Any
 from transformers import Pipeline
 
 from ..file_utils import atomic_write_text
+from ..models.modeling_base import RealmPreTrainedModel
 from ..models.modeling_openqa import RealmForOpenQA
 from ..precision import parse_dtype
 from .question_answering import RealmQuestionAnsweringPipeline
@@ -133,6 +134,23 @@ def is_realm_model(model, config=None, **hub_kwargs) -> bool:
         return _is_realm_qa_config(json.load(f))
 
 
+def _other_realm_model(model) -> str | None:
+    """The class of a REALM model other than `RealmForOpenQA` (an instance, or a local directory's config), else None."""
+    if isinstance(model, RealmPreTrainedModel):
+        return None if isinstance(model, RealmForOpenQA) else type(model).__name__
+    if not isinstance(model, (str, os.PathLike)) or not os.path.isfile(os.path.join(model, "config.json")):
+        return None
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        architectures = config.get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return None  # transformers reports an unreadable config
+    if config.get("model_type") != "realm" or not architectures or "RealmForOpenQA" in architectures:
+        return None
+    return architectures[0]
+
+
 def _is_realm_qa_config(config: dict) -> bool:
     if config.get("model_type") != "realm":
         return False
@@ -171,6 +189,15 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
             "token": kwargs.get("token"),
             "cache_dir": model_kwargs.get("cache_dir"),
         }
+        other = _other_realm_model(model) if task is not None else None
+        if other is not None:
+            # transformers answered "The task question-answering has been removed from transformers", which named
+            # neither the model nor what the pipeline needs.
+            raise ValueError(
+                f"The question-answering pipeline answers with a RealmForOpenQA (retriever and reader); got a {other}. "
+                "Pass a RealmForOpenQA model or the directory it was saved to (a reader or an embedder alone cannot "
+                "answer: build a RealmForOpenQA with them and a retriever)."
+            )
         if task == REALM_QA_TASK or is_realm_model(model, kwargs.get("config"), **hub_kwargs):
             register_pipeline()  # normally done by `import realm_hf`; cheap and idempotent
             kwargs.setdefault("pipeline_class", RealmQuestionAnsweringPipeline)

@@ -210,8 +210,17 @@ def hybrid_candidates(
     to `k`, the dense top `k` would always win) ordered by that score; `"rrf"` the fused top `k` in reciprocal-rank
     order. Returns `(ids, scores)`, `-1` / `-inf` padded to the widest row.
     """
+    # One string was read as one question per character, and a non-string failed inside bm25s on `.lower()`.
+    if isinstance(questions, (str, bytes)):
+        raise TypeError("`questions` must be a list of question texts, one per question embedding, not one string.")
     if len(questions) != len(queries):
         raise ValueError(f"Got {len(questions)} question texts for {len(queries)} question embeddings.")
+    for position, question in enumerate(questions):
+        if not isinstance(question, str):
+            raise TypeError(
+                f"Question text {position} is a {type(question).__name__}, not a string: BM25 searches the question "
+                "texts (`questions=`), one string per question embedding."
+            )
     sparse_ids, _ = sparse.search(questions, sparse.sparse_k or k)
     # Union per question, dense first; the width is the largest union, padded with -1.
     unions = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import datasets
 import numpy as np
@@ -127,11 +127,31 @@ def _iter_documents(documents) -> Iterator[dict]:
         if "text" not in documents:
             raise KeyError(f"The documents have no 'text' column (keys: {list(documents)}).")
         keys = list(documents)
+        # A dict of columns holds one list per field: a single document's dict (`{"text": "..."}`) would be read
+        # column-wise, one document per character, and columns of different lengths cut to the shortest by zip.
+        for key in keys:
+            column = documents[key]
+            if isinstance(column, (str, bytes)) or not hasattr(column, "__len__"):
+                raise TypeError(
+                    f"The documents are a dict, read as columns (one list per field), but its {key!r} is a "
+                    f"{type(column).__name__}, not a list. For one document pass a list of dicts: [{{'text': ...}}]."
+                )
+        lengths = {key: len(documents[key]) for key in keys}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"The document columns have different lengths ({lengths}): give every field one value per document."
+            )
         for values in zip(*(documents[k] for k in keys)):
             yield dict(zip(keys, values))
         return
     if isinstance(documents, str):
         raise TypeError("`documents` must be an iterable of documents, not a single string; wrap it in a list.")
+    if not isinstance(documents, Iterable):
+        # `None` or a number: Python's "'NoneType' object is not iterable" named neither the argument nor the cure.
+        raise TypeError(
+            f"`documents` must be a list of dicts with 'title' and 'text', a dict of columns or a `datasets.Dataset`, "
+            f"got {type(documents).__name__}."
+        )
     for position, document in enumerate(documents):
         if isinstance(document, str):
             yield {"text": document}

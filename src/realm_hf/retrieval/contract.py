@@ -7,7 +7,7 @@ retriever satisfies), and what a search takes and gives: the checks of question 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -161,7 +161,14 @@ def as_query_matrix(question_embeddings) -> np.ndarray:
     """Question embeddings as a contiguous `(batch_size, dim)` float32 CPU array (one vector becomes a batch of one)."""
     if isinstance(question_embeddings, torch.Tensor):
         question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
-    queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+    # `None` became a NaN vector (refused as a diverged embedder), an embedder's output (a dict) or text a numpy error.
+    expected = "question embeddings must be a (batch_size, dim) tensor or array of numbers: the query embedder's `projected_score`"
+    if question_embeddings is None or isinstance(question_embeddings, (str, bytes, Mapping)):
+        raise TypeError(f"{expected}, got {type(question_embeddings).__name__}.")
+    try:
+        queries = np.ascontiguousarray(np.asarray(question_embeddings, dtype=np.float32))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{expected}, got {type(question_embeddings).__name__} ({error}).") from None
     if queries.ndim == 1:
         queries = queries[None]
     if queries.ndim != 2:

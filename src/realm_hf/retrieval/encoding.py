@@ -36,6 +36,39 @@ def fingerprint_module(module: torch.nn.Module, length: int = 16) -> str:
     return digest.hexdigest()[:length]
 
 
+# REALM models that hold no embedder and whose output is not block embeddings (checked by name: no import of models/).
+_NOT_EMBEDDERS = ("RealmReader", "RealmKnowledgeAugEncoder")
+
+
+def check_embedder_module(embedder) -> None:
+    """
+    Refuse what cannot embed blocks before any work: not a module, or a model that holds an embedder (a
+    `RealmForOpenQA` or `RealmScorer`, whose forward returns no block embeddings) instead of the embedder itself.
+    """
+    if not isinstance(embedder, torch.nn.Module):
+        raise TypeError(
+            f"The embedder must be a `RealmEmbedder` (a torch module whose output has `projected_score`), got "
+            f"{type(embedder).__name__}."
+        )
+    if (
+        type(embedder).__name__ in _NOT_EMBEDDERS
+        and getattr(getattr(embedder, "config", None), "model_type", None) == "realm"
+    ):
+        # The reader's forward refused with "You have to specify `relevance_score`", which named no embedder.
+        raise TypeError(
+            f"A {type(embedder).__name__} does not embed blocks: pass the `RealmEmbedder` that built the corpus (on "
+            "a `RealmForOpenQA`, `model.index_embedder`)."
+        )
+    # A whole Open-QA model failed deep in the loop ("'RealmReaderOutput' object has no attribute 'float'").
+    for attribute in ("index_embedder", "embedder"):
+        inner = getattr(embedder, attribute, None)
+        if isinstance(inner, torch.nn.Module) and inner is not embedder:
+            raise TypeError(
+                f"A {type(embedder).__name__} is not an embedder but holds one: pass `model.{attribute}` (the "
+                "embedder whose vectors fill the index)."
+            )
+
+
 def default_block_length(tokenizer, max_length: int | None = None) -> int:
     """`max_length`, or else the tokenizer's `model_max_length` capped at 512 (BERT's position embeddings)."""
     if max_length is not None:
@@ -147,6 +180,7 @@ def embed_blocks(
     texts = list(texts)
     if not texts:
         raise ValueError("No blocks to embed: the corpus is empty.")
+    check_embedder_module(embedder)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
     encoded = tokenize_blocks(tokenizer, titles, texts, max_length=max_length)
@@ -178,6 +212,15 @@ def embed_blocks(
                 batch = {k: v.to(device) for k, v in batch.items() if k in keys}
                 out = embedder(**batch)
                 projected = out.projected_score if hasattr(out, "projected_score") else out[0]
+                if not isinstance(projected, torch.Tensor) or projected.dim() != 2 or projected.shape[0] != len(rows):
+                    # e.g. a plain BertModel: its first output is per token, which FAISS refused much later with
+                    # "too many values to unpack".
+                    raise TypeError(
+                        f"{type(embedder).__name__} does not embed blocks: its output has no `projected_score` "
+                        f"and its first output is {_describe_output(projected)}, not one vector per block of shape "
+                        f"({len(rows)}, dim). Pass a `RealmEmbedder` (start one from a BERT checkpoint with "
+                        "`realm_hf.init_from_bert`)."
+                    )
                 outputs.append(projected.float().cpu())
     finally:
         if moved:
@@ -187,6 +230,12 @@ def embed_blocks(
     embeddings = torch.empty_like(sorted_embeddings)
     embeddings[torch.from_numpy(order)] = sorted_embeddings
     return embeddings
+
+
+def _describe_output(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
 
 
 def _embedder_dim(embedder) -> int | None:

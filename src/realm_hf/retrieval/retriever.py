@@ -19,7 +19,7 @@ from .building import BuildOptions
 from .collectives import gather_rows, row_bounds
 from .contract import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
 from .corpus import BlockCorpus
-from .encoding import _embedder_dim, fingerprint_module
+from .encoding import _embedder_dim, check_embedder_module, fingerprint_module
 from .index import BlockIndex, normalize_search_params
 from .legacy import check_constructor_arguments, legacy_reader_call, read_legacy_blocks
 from .serialization import (
@@ -453,6 +453,7 @@ class RealmRetriever:
         """
         if self.tokenizer is None:
             raise ValueError("This retriever has no tokenizer to split documents with: set `retriever.tokenizer`.")
+        check_embedder_module(embedder)  # before fingerprinting it (`None` failed there on `.state_dict`)
         fingerprint = fingerprint_module(embedder)
         if self.embedder_fingerprint is not None and fingerprint != self.embedder_fingerprint:
             warn(

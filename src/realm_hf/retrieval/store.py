@@ -117,8 +117,14 @@ class BlockStore:
         check_query_shape(queries, k, self.dim, len(self))
         ids, scores = self._dense_top(queries, k, rerank_factor, params)
         if questions is not None and self.sparse is not None:
+            # A string goes whole to the check in `hybrid_candidates` (`list` split it into one question per letter).
             ids, scores = hybrid_candidates(
-                self.sparse, queries, ids, list(questions), k, lambda ids: self.corpus.embeddings(ids, self.dim)
+                self.sparse,
+                queries,
+                ids,
+                questions if isinstance(questions, (str, bytes)) else list(questions),
+                k,
+                lambda ids: self.corpus.embeddings(ids, self.dim),
             )
         return self._output(ids, scores, return_blocks, return_embeddings, tokenizer)
 
