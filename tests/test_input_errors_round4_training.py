@@ -8,10 +8,11 @@ import logging
 
 import datasets
 import pytest
-from test_pipeline import build_tiny_model
+import torch
+from test_pipeline import DOCS, build_tiny_model
 from transformers import TrainingArguments
 
-from realm_hf.training.openqa import RealmOpenQATrainer, evaluate_openqa
+from realm_hf.training.openqa import BeamAnswerTally, RealmOpenQATrainer, evaluate_openqa
 from realm_hf.training.warmups import DataCollatorForReaderWarmup, RealmReaderTrainer
 
 GOOD = {"question": ["who wrote unix?", "what is a compiler?"], "answers": [["Ken Thompson"], ["program"]]}
@@ -113,3 +114,56 @@ def test_warmup_examples_without_their_answer_are_said_and_counted(tiny, caplog)
     # Said once, counted after: a large file of them does not flood the log.
     assert caplog.text.count("without its answer") == 1
     assert batch["has_answers"].any(-1).tolist() == [True, False, False]
+
+
+def test_beam_answer_tally_logs_the_share_and_warns_once_at_zero(caplog):
+    tally = BeamAnswerTally()
+    logs = {"loss": 1.0}
+    tally.log_into(logs)
+    assert "answer_in_beam" not in logs  # nothing counted yet
+    tally.add(torch.tensor([True, False]))
+    tally.add(torch.tensor([False, False]))
+    tally.log_into(logs)
+    assert logs["answer_in_beam"] == 0.25
+    eval_logs = {"eval_exact_match": 1.0}
+    tally.add(torch.tensor([True]))
+    tally.log_into(eval_logs)  # not a training log: left alone, the count kept
+    assert "answer_in_beam" not in eval_logs
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            logs = {"loss": 0.0}
+            tally.add(torch.tensor([False, False, False]))
+            tally.log_into(logs)
+    assert logs["answer_in_beam"] == 0.0
+    assert caplog.text.count("had a gold answer in its retrieved blocks, so the loss is 0") == 1
+
+
+@pytest.mark.parametrize(
+    "answers, share", [([["Ken Thompson"], ["machine code"]], 1.0), ([["zebra"], ["walrus"]], 0.0)]
+)
+def test_openqa_training_logs_how_many_beams_held_an_answer(tmp_path, answers, share):
+    # Every block is retrieved (beam = corpus), so the share is known without the model: answers in DOCS or not.
+    model = build_tiny_model(str(tmp_path))[0]
+    model.config.searcher_beam_size = len(DOCS)
+    args = arguments(tmp_path)
+    args.logging_steps = 1
+    data = datasets.Dataset.from_dict({"question": GOOD["question"], "answers": answers})
+    trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["answer_in_beam"] for entry in logged] == [share]
+    # Before, a run of answers absent from the corpus trained at loss 0 and said nothing.
+    assert (logged[0]["loss"] == 0.0) == (share == 0.0)
+
+
+def test_retriever_warmup_logs_how_many_beams_held_an_answer(tmp_path):
+    from realm_hf.training.recipes import retriever_warmup_trainer
+
+    model = build_tiny_model(str(tmp_path))[0]
+    model.config.searcher_beam_size = len(DOCS)
+    args = arguments(tmp_path)
+    args.logging_steps = 1
+    data = datasets.Dataset.from_dict({"question": GOOD["question"], "answers": [["Ken Thompson"], ["zebra"]]})
+    trainer = retriever_warmup_trainer(model, args, data)
+    trainer.train()
+    assert [entry["answer_in_beam"] for entry in trainer.state.log_history if "loss" in entry] == [0.5]

@@ -280,6 +280,45 @@ class MarkReaderTrainedCallback(TrainerCallback):
             mark_reader_trained(model)
 
 
+class BeamAnswerTally:
+    """
+    Counts, between two training logs, the questions whose searcher beam held a gold answer, and adds their share to
+    the log as `answer_in_beam`. REALM's losses are marginals over the blocks holding an answer, so a question
+    without one adds nothing: a run where no beam holds an answer trains at loss 0, which the first log that finds
+    it says (once). Counting stays on the device between logs (no sync per step).
+    """
+
+    def __init__(self):
+        self._hits = None
+        self._questions = 0
+        self._warned = False
+
+    def add(self, has_answer: torch.Tensor | None) -> None:
+        """Count a batch: `has_answer` says, per question, whether its beam held a gold answer (`(batch_size,)`)."""
+        if has_answer is None:
+            return
+        hits = has_answer.detach().sum()
+        self._hits = hits if self._hits is None else self._hits + hits
+        self._questions += has_answer.numel()
+
+    def log_into(self, logs: dict) -> None:
+        """Add `answer_in_beam` to a training log (one with a `loss`) and start counting anew."""
+        if not self._questions or "loss" not in logs:
+            return
+        share = float(self._hits) / self._questions
+        logs["answer_in_beam"] = round(share, 4)
+        if share == 0.0 and not self._warned:
+            self._warned = True
+            logger.warning(
+                "None of the last %d training questions had a gold answer in its retrieved blocks, so the loss is 0 "
+                "and nothing trains. Check that the answers appear in the corpus text as written, or retrieve more "
+                "blocks (`config.searcher_beam_size`); warm up the reader on known blocks first "
+                "(`reader_warmup_trainer`) and set `config.reader_beam_positive = True` to read a block that holds one.",
+                self._questions,
+            )
+        self._hits, self._questions = None, 0
+
+
 class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
     """
     [`~transformers.Trainer`] for Open-QA fine-tuning of [`RealmForOpenQA`].
@@ -320,6 +359,7 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
                         answers_column=collator.answers_column,
                     )
         self.recall_ks = tuple(recall_ks)
+        self.beam_answers = BeamAnswerTally()
         # An optimizer step updates the reader: `config.reader_trained` (False after `init_from_bert`) becomes True.
         self.add_callback(MarkReaderTrainedCallback())
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
@@ -333,6 +373,20 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         keep_data_columns(
             self, (getattr(collator, "question_column", "question"), getattr(collator, "answers_column", "answers"))
         )
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if model.training:
+            reader_output = outputs.get("reader_output") if isinstance(outputs, dict) else None
+            correct = getattr(reader_output, "retriever_correct", None)  # per question and beam block
+            if correct is not None:
+                # One question's beam is `(k,)` in the legacy layout (batch size 1 without a batch dimension).
+                self.beam_answers.add(correct.any(-1) if correct.dim() > 1 else correct.any().reshape(1))
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self.beam_answers.log_into(logs)
+        super().log(logs, start_time)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         eval_dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
@@ -356,6 +410,7 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
 
 
 __all__ = [
+    "BeamAnswerTally",
     "DataCollatorForOpenQA",
     "RealmOpenQATrainer",
     "check_training_questions",

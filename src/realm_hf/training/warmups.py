@@ -41,7 +41,7 @@ from ..models.reader_inputs import (
 from ..models.tokenization_realm import tokenizer_call
 from ..sentences import sentence_spans
 from ..user_text import check_positive_int
-from .openqa import keep_data_columns
+from .openqa import BeamAnswerTally, keep_data_columns
 from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
 
@@ -383,6 +383,10 @@ class RealmRetrieverTrainer(RealmCheckpointMixin, Trainer):
     Freeze what should not move (the recipe `retriever_warmup_trainer` trains the question embedder only).
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.beam_answers = BeamAnswerTally()
+
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
         keep_data_columns(self, ("question", "answers"))
@@ -395,4 +399,10 @@ class RealmRetrieverTrainer(RealmCheckpointMixin, Trainer):
             inputs.get("token_type_ids"),
             answers=inputs.get("answers"),
         )
+        if model.training:
+            self.beam_answers.add(has_answer)
         return (loss, {"loss": loss, "has_answer": has_answer}) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self.beam_answers.log_into(logs)
+        super().log(logs, start_time)
