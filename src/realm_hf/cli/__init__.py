@@ -16,6 +16,6 @@ torch, transformers, datasets and faiss are imported by the command that runs.
 
 from realm_hf_cli import main
 
-from .train import load_train_config
+from .train_config import load_train_config
 
 __all__ = ["load_train_config", "main"]
