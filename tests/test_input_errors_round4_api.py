@@ -237,3 +237,22 @@ def test_pipeline_names_a_realm_model_that_cannot_answer(tiny):
     # Before: transformers' "The task question-answering has been removed from transformers".
     with pytest.raises(ValueError, match="got a RealmReader"):
         realm_hf.pipeline("question-answering", model=model.reader, tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        # Before: numpy's "negative dimensions are not allowed" after the corpus was embedded.
+        ({"train_size": -1}, "`train_size` must be a positive integer"),
+        # Before: "'<' not supported between instances of 'str' and 'int'" inside the block splitter.
+        ({"max_block_length": "64"}, "`max_block_length` must be an integer of at least 8"),
+        ({"batch_size": 0}, "`batch_size` must be a positive integer"),
+        ({"index": ""}, "`index` must be a FAISS factory string"),
+    ],
+)
+def test_build_options_are_checked_before_any_document_is_read(options, message):
+    from realm_hf.retrieval.building import BuildOptions
+
+    with pytest.raises(ValueError, match=message):
+        BuildOptions(**options)
+    assert BuildOptions(train_size=None, max_block_length=8).max_block_length == 8

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..user_text import check_positive_int
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
 from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts
@@ -45,6 +46,16 @@ class BuildOptions:
     show_progress: bool = True
     train_size: int | None = None
     use_gpu: bool = False
+
+    def __post_init__(self):
+        # Checked before any document is split or embedded: a wrong type failed after minutes of embedding, inside
+        # numpy ("negative dimensions are not allowed") or a comparison ("'<' not supported between str and int").
+        check_positive_int(self.max_block_length, "max_block_length", minimum=8)
+        check_positive_int(self.batch_size, "batch_size")
+        if self.train_size is not None:
+            check_positive_int(self.train_size, "train_size")
+        if not isinstance(self.index, str) or not self.index.strip():
+            raise ValueError(f"`index` must be a FAISS factory string such as 'Flat' or 'HNSW32', got {self.index!r}.")
 
     def embed_kwargs(self) -> dict:
         return {"batch_size": self.batch_size, "device": self.device, "dtype": self.dtype}
