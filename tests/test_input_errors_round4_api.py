@@ -256,3 +256,19 @@ def test_build_options_are_checked_before_any_document_is_read(options, message)
     with pytest.raises(ValueError, match=message):
         BuildOptions(**options)
     assert BuildOptions(train_size=None, max_block_length=8).max_block_length == 8
+
+
+def test_from_documents_tries_the_index_factory_before_embedding(tiny, monkeypatch):
+    from realm_hf.retrieval import building
+    from realm_hf.retrieval.index import IndexFactoryError
+
+    def embed(*args, **kwargs):
+        raise AssertionError("the corpus was embedded before the factory string was checked")
+
+    model, tokenizer, _ = tiny
+    monkeypatch.setattr(building, "split_and_embed", embed)
+    # Before: FAISS refused the string only when the index was built, after every block was embedded.
+    with pytest.raises(IndexFactoryError, match="Invalid FAISS index factory string 'Nonsense'"):
+        RealmRetriever.from_documents(
+            [{"text": "Unix was written at Bell Labs."}], model.embedder, tokenizer, index="Nonsense"
+        )

@@ -176,12 +176,12 @@ def test_index_options_fail_before_reading_documents(tiny_dir, tmp_path, capsys,
 
 
 def test_index_factory_string_fails_before_embedding(tiny_dir, docs, tmp_path, capsys, monkeypatch):
-    from realm_hf.retrieval.retriever import RealmRetriever
+    from realm_hf.retrieval import building
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the factory string was checked")
 
-    monkeypatch.setattr(RealmRetriever, "from_documents", embed)
+    monkeypatch.setattr(building, "split_and_embed", embed)
     argv = ["index", docs, "--model", tiny_dir, "--max-block-length", "64", "--output", tmp_path / "out"]
     assert run(*argv, "--index", "Nonsense") == 2
     assert "--index 'Nonsense': Invalid FAISS index factory string" in capsys.readouterr().err
@@ -288,12 +288,12 @@ def test_config_file_that_is_a_directory_or_not_utf8_is_named(tmp_path, capsys):
 
 
 def test_train_index_factory_string_fails_before_embedding(tiny_dir, docs, tmp_path, capsys, monkeypatch):
-    from realm_hf.retrieval.retriever import RealmRetriever
+    from realm_hf.retrieval import building
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the factory string was checked")
 
-    monkeypatch.setattr(RealmRetriever, "from_documents", embed)
+    monkeypatch.setattr(building, "split_and_embed", embed)
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "who wrote unix?", "answers": ["ken"]}) + "\n")
     config = {

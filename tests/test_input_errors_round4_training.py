@@ -10,7 +10,7 @@ import datasets
 import pytest
 import torch
 from test_pipeline import DOCS, build_tiny_model
-from transformers import TrainingArguments
+from test_warmups import arguments as warmup_arguments
 
 from realm_hf.training.openqa import BeamAnswerTally, RealmOpenQATrainer, evaluate_openqa
 from realm_hf.training.warmups import DataCollatorForReaderWarmup, RealmReaderTrainer
@@ -24,15 +24,8 @@ def tiny(tmp_path_factory):
 
 
 def arguments(tmp_path):
-    return TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
+    # One step of two questions, logged (test_warmups' arguments).
+    return warmup_arguments(tmp_path, steps=1, batch=2)
 
 
 @pytest.mark.parametrize(
@@ -146,7 +139,6 @@ def test_openqa_training_logs_how_many_beams_held_an_answer(tmp_path, answers, s
     model = build_tiny_model(str(tmp_path))[0]
     model.config.searcher_beam_size = len(DOCS)
     args = arguments(tmp_path)
-    args.logging_steps = 1
     data = datasets.Dataset.from_dict({"question": GOOD["question"], "answers": answers})
     trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=data)
     trainer.train()
@@ -162,7 +154,6 @@ def test_retriever_warmup_logs_how_many_beams_held_an_answer(tmp_path):
     model = build_tiny_model(str(tmp_path))[0]
     model.config.searcher_beam_size = len(DOCS)
     args = arguments(tmp_path)
-    args.logging_steps = 1
     data = datasets.Dataset.from_dict({"question": GOOD["question"], "answers": [["Ken Thompson"], ["zebra"]]})
     trainer = retriever_warmup_trainer(model, args, data)
     trainer.train()

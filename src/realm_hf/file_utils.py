@@ -1,4 +1,5 @@
-"""Atomic writes (a file, or a whole save into a directory, all or nothing even if killed), checksums, path checks."""
+"""Atomic writes (a file, or a whole save into a directory, all or nothing even if killed), checksums, path checks,
+reading JSON lines."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
 from .logging_utils import get_logger
@@ -75,6 +76,26 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def json_lines(lines: Iterable[str], name: str, error: type[Exception] = ValueError) -> Iterator[tuple[int, object]]:
+    """
+    The records of a JSON-lines text, each with its line number (from 1); blank lines are skipped. A line that is not
+    JSON raises `error` naming `name` and the line (`json`'s own message names neither).
+
+    Args:
+        lines (`Iterable[str]`): The lines (an open text file, `text.splitlines()`, ...).
+        name (`str`): What the lines come from, for errors (a path).
+        error (`type`, *optional*, defaults to `ValueError`): The exception raised (the CLI passes its `CLIError`).
+    """
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise error(f"{name}, line {number}: invalid JSON: {err.msg}") from None
+        yield number, record
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -46,6 +46,7 @@ def split_index_spec(spec: str) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
+    from ..retrieval.index import IndexFactoryError
     from ..retrieval.retriever import RealmRetriever
 
     if not args.output and not args.attach_to:
@@ -118,26 +119,23 @@ def run(args) -> int:
                 f"{expected}-d (retriever_proj_size): use that model's embedder."
             )
     device = default_device(args.device)
-    from ..retrieval.index import new_index  # local import: retrieval pulls in faiss and datasets
-
-    try:
-        # An empty index of this factory string: a typo fails now, not after the whole corpus is embedded.
-        new_index(factory, embedder.config.retriever_proj_size)
-    except ValueError as err:
-        raise CLIError(f"--index {args.index!r}: {err}") from None
     info(f"Embedding with the {description} of {embedder_dir} on {device}, index {args.index}.")
-    retriever = RealmRetriever.from_documents(
-        documents,
-        embedder.to(device).eval(),
-        tokenizer,
-        max_block_length=args.max_block_length,
-        index=factory,
-        batch_size=args.batch_size,
-        device=device,
-        dtype=args.dtype,
-        show_progress=not State.quiet,
-        train_size=args.train_size,
-    )
+    try:
+        # The factory string is tried before any block is embedded (`store_from_documents`).
+        retriever = RealmRetriever.from_documents(
+            documents,
+            embedder.to(device).eval(),
+            tokenizer,
+            max_block_length=args.max_block_length,
+            index=factory,
+            batch_size=args.batch_size,
+            device=device,
+            dtype=args.dtype,
+            show_progress=not State.quiet,
+            train_size=args.train_size,
+        )
+    except IndexFactoryError as err:
+        raise CLIError(f"--index {args.index!r}: {err}") from None
     info(f"Indexed {len(retriever)} blocks ({retriever.embedding_dim}-d, {factory}).")
     if sparse == "bm25":
         from ..retrieval.sparse import HybridRealmRetriever

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..file_utils import json_lines
 from ..user_text import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 
@@ -145,13 +146,7 @@ def _check_json_lines(path: str) -> None:
         if f.read(1024).lstrip().startswith("["):
             return  # a JSON array, not JSON lines: datasets' own error says what is wrong
         f.seek(0)
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+        for number, record in json_lines(f, path, CLIError):
             if not isinstance(record, dict):
                 raise CLIError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
             problem = _string_problem(record)
@@ -319,13 +314,8 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
                 raise CLIError(f"{path}: invalid JSON: {err}") from err
         else:
             places = []
-            for number, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise CLIError(f"{path}, line {number}: invalid JSON: {err.msg}") from err
+            for number, row in json_lines(text.splitlines(), path, CLIError):
+                rows.append(row)
                 places.append(f"line {number}")
         for number, row in enumerate(rows, 1):
             if not isinstance(row, dict):

@@ -102,16 +102,12 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
         documents = load_documents(
             paths, text_column=config.get("text_column", "text"), title_column=config.get("title_column", "title")
         )
-        from ..retrieval.index import new_index  # local import: retrieval pulls in faiss and datasets
+        from ..retrieval.index import IndexFactoryError  # deferred: retrieval pulls in faiss and datasets
 
-        try:
-            # An empty index of this factory string: a typo fails now, not after the whole corpus is embedded.
-            new_index(config.get("index", "Flat"), embedder.config.retriever_proj_size)
-        except ValueError as err:
-            raise CLIError(f"index: {err}") from None
         info(f"Building the corpus from {len(documents)} documents ...")
-        model.set_retriever(
-            RealmRetriever.from_documents(
+        try:
+            # The factory string is tried before any block is embedded (`store_from_documents`).
+            retriever = RealmRetriever.from_documents(
                 documents,
                 embedder,
                 tokenizer,
@@ -119,7 +115,9 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
                 index=config.get("index", "Flat"),
                 show_progress=not State.quiet,
             )
-        )
+        except IndexFactoryError as err:
+            raise CLIError(f"index: {err}") from None
+        model.set_retriever(retriever)
     if getattr(model, "retriever", None) is None:
         raise CLIError("No corpus: give `corpus` or `documents` in the config, or a `model` saved with a retriever/.")
 

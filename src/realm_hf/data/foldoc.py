@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..file_utils import atomic_write
+from ..file_utils import atomic_write, json_lines
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
 
@@ -375,7 +375,7 @@ def parse_foldoc(
 def _read_jsonl(path: str | os.PathLike) -> list[dict]:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [record for _, record in json_lines(f, os.fspath(path))]
 
 
 def write_foldoc_jsonl(entries: Iterable[dict], path: str | os.PathLike) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from ..file_utils import json_lines
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
 from ..training.pretraining import salient_spans
@@ -277,13 +278,7 @@ def load_handwritten_questions(path: str | os.PathLike | None = None) -> list[di
     path = HANDWRITTEN_PATH if path is None else os.fspath(path)
     questions = []
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {number}: invalid JSON: {err.msg}.") from None
+        for number, record in json_lines(f, path):
             problem = _handwritten_question_problem(record)
             if problem:
                 raise ValueError(f"{path}, line {number}: {problem}.")

@@ -16,7 +16,7 @@ from ..user_text import check_positive_int
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
 from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts
-from .index import BlockIndex
+from .index import BlockIndex, new_index
 from .store import BlockStore
 
 
@@ -121,6 +121,10 @@ def store_from_documents(
     documents, embedder: torch.nn.Module, tokenizer, options: BuildOptions, first_block_id: int = 0, first_doc_id=0
 ) -> BlockStore:
     """Split `documents` into blocks numbered from `first_block_id`, embed them and index them (see [`BuildOptions`])."""
+    dim = getattr(getattr(embedder, "config", None), "retriever_proj_size", None)
+    if dim:
+        # The factory string tried on an empty index first: a typo fails now, not after the corpus is embedded.
+        new_index(options.index, int(dim))
     columns, embeddings = split_and_embed(
         documents,
         embedder,

@@ -105,6 +105,10 @@ def adjust_factory_for_size(factory: str, num_vectors: int) -> str:
     return adjusted
 
 
+class IndexFactoryError(ValueError):
+    """A FAISS index factory string that FAISS cannot build (raised by [`new_index`])."""
+
+
 def new_index(factory: str, dim: int) -> faiss.Index:
     """
     An empty inner-product index for `factory` that takes caller-chosen ids (`add_with_ids`).
@@ -121,7 +125,7 @@ def new_index(factory: str, dim: int) -> faiss.Index:
     try:
         base = faiss.index_factory(dim, inner_factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as err:
-        raise ValueError(
+        raise IndexFactoryError(
             f"Invalid FAISS index factory string {factory!r} for dimension {dim}: {_faiss_message(err)}. Examples: "
             "'Flat', 'HNSW32', 'IVF1024,Flat', 'IVF1024,SQ8', 'IVF1024,PQ32'."
         ) from None
