@@ -193,6 +193,24 @@ _WHOLE_MODELS = {
 }
 
 
+def local_config(path, subfolder: str | None = None) -> dict | None:
+    """
+    The `config.json` of a local model directory as a dict, or `None` when `path` is not a local directory with a
+    readable JSON-object config (transformers reports those when it loads). Never calls the Hub.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    config_file = os.path.join(os.fspath(path), subfolder or "", "config.json")
+    if not os.path.isfile(config_file):
+        return None
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def _refuse_part_of_a_whole_model(cls, path, subfolder=None) -> None:
     """
     Refuse loading one part (a reader, an embedder, ...) from a local directory saved by a model that holds it: its
@@ -200,16 +218,8 @@ def _refuse_part_of_a_whole_model(cls, path, subfolder=None) -> None:
     randomly initialised, with only a load report to say so (a silent wrong answer). Local directories only (no Hub
     call here).
     """
-    if not isinstance(path, (str, os.PathLike)):
-        return
-    config_file = os.path.join(os.fspath(path), subfolder or "", "config.json")
-    if not os.path.isfile(config_file):
-        return
-    try:
-        with open(config_file, encoding="utf-8") as f:
-            architectures = json.load(f).get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        return  # transformers reports an unreadable config
+    config = local_config(path, subfolder)
+    architectures = (config or {}).get("architectures") or []
     if cls.__name__ in architectures:
         return
     for whole in architectures:

@@ -34,7 +34,7 @@ from typing import Any
 from transformers import Pipeline
 
 from ..file_utils import atomic_write_text
-from ..models.modeling_base import RealmPreTrainedModel
+from ..models.modeling_base import RealmPreTrainedModel, local_config
 from ..models.modeling_openqa import RealmForOpenQA
 from ..precision import parse_dtype
 from .question_answering import RealmQuestionAnsweringPipeline
@@ -138,15 +138,9 @@ def _other_realm_model(model) -> str | None:
     """The class of a REALM model other than `RealmForOpenQA` (an instance, or a local directory's config), else None."""
     if isinstance(model, RealmPreTrainedModel):
         return None if isinstance(model, RealmForOpenQA) else type(model).__name__
-    if not isinstance(model, (str, os.PathLike)) or not os.path.isfile(os.path.join(model, "config.json")):
-        return None
-    try:
-        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
-            config = json.load(f)
-        architectures = config.get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        return None  # transformers reports an unreadable config
-    if config.get("model_type") != "realm" or not architectures or "RealmForOpenQA" in architectures:
+    config = local_config(model)  # None: not a local directory, or a config transformers will report
+    architectures = (config or {}).get("architectures") or []
+    if config is None or config.get("model_type") != "realm" or not architectures or "RealmForOpenQA" in architectures:
         return None
     return architectures[0]
 
