@@ -79,6 +79,22 @@ class DataCollatorForOpenQA:
         return batch
 
 
+def require_data(dataset, columns, what: str, advice: str, allow_empty: bool = False) -> None:
+    """
+    Raise a `ValueError` when `dataset` lacks one of `columns` (`None` entries are skipped), naming the missing ones,
+    the columns it has and `advice`, or (unless `allow_empty`) when it has no record. `what` names the data
+    ("training", "evaluation", "reader warm-up").
+    """
+    missing = [column for column in columns if column is not None and column not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"The {what} data has no {', '.join(map(repr, missing))} column (columns: "
+            f"{', '.join(dataset.column_names)}); {advice}."
+        )
+    if not allow_empty and len(dataset) == 0:
+        raise ValueError(f"The {what} data is empty: give at least one example.")
+
+
 def check_training_questions(
     dataset,
     tokenizer,
@@ -97,14 +113,7 @@ def check_training_questions(
     Returns:
         `int`: how many questions will be cut.
     """
-    for column in (question_column, answers_column):
-        if column is not None and column not in dataset.column_names:
-            raise ValueError(
-                f"The {what} data has no {column!r} column (columns: {', '.join(dataset.column_names)}); rename "
-                f"yours with `dataset.rename_column(...)`."
-            )
-    if len(dataset) == 0:
-        raise ValueError(f"The {what} data is empty: give at least one question.")
+    require_data(dataset, (question_column, answers_column), what, "rename yours with `dataset.rename_column(...)`")
     questions = list(dataset[question_column])
     # Records are numbered from 1, as the CLI's file readers number them.
     problems = [(i + 1, reason) for i, reason in question_content_problems(questions, tokenizer)]
@@ -155,13 +164,15 @@ def evaluate_openqa(
     tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
-    for column in (question_column, answers_column):
-        if column not in dataset.column_names:
-            # datasets' own words ("Column 'answers' doesn't exist.") do not say which data or what to do.
-            raise ValueError(
-                f"The evaluation data has no {column!r} column (columns: {', '.join(dataset.column_names)}); rename "
-                f"yours with `dataset.rename_column(...)` or pass `{'question' if column == question_column else 'answers'}_column`."
-            )
+    # datasets' own words ("Column 'answers' doesn't exist.") do not say which data or what to do.
+    option = "question_column" if question_column not in dataset.column_names else "answers_column"
+    require_data(
+        dataset,
+        (question_column, answers_column),
+        "evaluation",
+        f"rename yours with `dataset.rename_column(...)` or pass `{option}`",
+        allow_empty=True,  # said below, as before
+    )
     questions = list(dataset[question_column])
     references = [[a] if isinstance(a, str) else list(a) for a in dataset[answers_column]]
     if not questions:
@@ -416,4 +427,5 @@ __all__ = [
     "check_training_questions",
     "evaluate_openqa",
     "mark_reader_trained",
+    "require_data",
 ]

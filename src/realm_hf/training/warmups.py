@@ -41,7 +41,7 @@ from ..models.reader_inputs import (
 from ..models.tokenization_realm import tokenizer_call
 from ..sentences import sentence_spans
 from ..user_text import check_positive_int
-from .openqa import BeamAnswerTally, keep_data_columns
+from .openqa import BeamAnswerTally, keep_data_columns, require_data
 from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
 
@@ -315,15 +315,12 @@ class RealmReaderTrainer(RealmCheckpointMixin, Trainer):
         super().__init__(*args, **kwargs)
         dataset = self.train_dataset
         if isinstance(dataset, datasets.Dataset):  # streamed data meets the collator's checks as it comes
-            missing = [c for c in ("question", "context", "answers") if c not in dataset.column_names]
-            if missing:
-                raise ValueError(
-                    f"The reader warm-up data has no {', '.join(map(repr, missing))} column (columns: "
-                    f"{', '.join(dataset.column_names)}): each example is a question, the context that answers it and "
-                    "its answers (e.g. `reader_warmup_examples`)."
-                )
-            if len(dataset) == 0:
-                raise ValueError("The reader warm-up data is empty: give at least one example.")
+            require_data(
+                dataset,
+                ("question", "context", "answers"),
+                "reader warm-up",
+                "each example is a question, the context that answers it and its answers (`reader_warmup_examples`)",
+            )
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
