@@ -1,6 +1,6 @@
 """A load sees exactly one save, even while another process or thread saves into the same directory (issue 25).
 
-Every realm-hf reader goes through `realm_hf.file_utils.consistent_read`: it waits for a save in progress (saying so)
+Every realm-hf reader goes through `realm_hf.io.consistent_reads.consistent_read`: it waits for a save in progress (saying so)
 and keeps the next save out until everything it reads (weights, config, retriever) has been read.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from test_pipeline import build_tiny_model
 
 from realm_hf import RealmForOpenQA
-from realm_hf.file_utils import directory_lock
+from realm_hf.io.locks import directory_lock
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "scripts", "resave_worker.py")
@@ -76,7 +76,7 @@ def test_a_load_waits_for_a_save_in_progress_and_says_so(two_saves, caplog):
     target = root / "waiting"
     RealmForOpenQA.from_pretrained(root / "a").save_pretrained(target, model_card=False)
     loaded = []
-    with caplog.at_level(logging.WARNING, logger="realm_hf.file_utils"):
+    with caplog.at_level(logging.WARNING, logger="realm_hf.io.locks"):
         with directory_lock(str(target)):  # what a save holds while it writes and swaps
             reader = threading.Thread(target=lambda: loaded.append(RealmForOpenQA.from_pretrained(target)))
             reader.start()

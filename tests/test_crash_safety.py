@@ -22,7 +22,7 @@ import torch
 from test_pipeline import build_tiny_model
 
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
-from realm_hf.file_utils import JOURNAL_NAME, STAGING_PREFIX
+from realm_hf.io.staged_saves import JOURNAL_NAME, STAGING_PREFIX
 from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(__file__)
@@ -211,7 +211,7 @@ def test_interrupted_swap_is_completed_by_the_next_save(saves, worker, operation
 
 
 def test_staged_save_puts_the_old_entries_back_when_the_swap_fails(tmp_path, monkeypatch):
-    from realm_hf.file_utils import staged_save
+    from realm_hf.io.staged_saves import staged_save
 
     (tmp_path / "a").write_text("old a")
     (tmp_path / "b").mkdir()
@@ -236,7 +236,7 @@ def test_staged_save_puts_the_old_entries_back_when_the_swap_fails(tmp_path, mon
 
 
 def test_a_journal_cannot_move_files_out_of_its_directory(tmp_path):
-    from realm_hf.file_utils import recover_interrupted_save
+    from realm_hf.io.staged_saves import recover_interrupted_save
 
     model_dir = tmp_path / "model"
     (model_dir / (STAGING_PREFIX + "x")).mkdir(parents=True)
@@ -284,7 +284,7 @@ def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
 @pytest.mark.parametrize("how", ["staging link", "entry folder link", "old-entries link"])
 def test_a_journal_whose_folders_lead_outside_is_refused_and_moves_nothing(tmp_path, how):
     """Issue 25: a staging folder (or a folder on the way to an entry) that is a link out of the directory."""
-    from realm_hf.file_utils import recover_interrupted_save
+    from realm_hf.io.staged_saves import recover_interrupted_save
 
     model_dir, outside = tmp_path / "model", tmp_path / "outside"
     (model_dir / "retriever").mkdir(parents=True)

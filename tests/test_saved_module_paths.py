@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 
 import realm_hf
-from realm_hf.hub.auto_map import write_auto_module
+from realm_hf.io.auto_map import write_auto_module
 from realm_hf.pipelines import write_pipeline_module
 
 # What the files written so far import (a saved directory keeps its copy: these strings are the contract).

@@ -7,7 +7,7 @@ import sys
 import pytest
 from transformers import BertTokenizerFast
 
-from realm_hf.file_utils import atomic_write, atomic_write_text, swap_into_place
+from realm_hf.io.atomic import atomic_write, atomic_write_text, swap_into_place
 from realm_hf.models.modeling_pretraining import encode_blocks
 from realm_hf.retrieval.encoding import tokenize_blocks
 from realm_hf.retrieval.legacy import pickle_allowed

@@ -35,7 +35,7 @@ def verbosity(name: str = PACKAGE_LOGGER) -> int:
         if name == PACKAGE_LOGGER or "." not in name:
             break
         name = name.rsplit(".", 1)[0]
-    # Imported here: light modules (file_utils, the CLI's) log through this module without importing transformers.
+    # Imported here: light modules (`io/`, the CLI's) log through this module without importing transformers.
     from transformers.utils import logging as transformers_logging
 
     return transformers_logging.get_verbosity()

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..file_utils import json_lines
+from ..io.json_lines import json_lines
 from ..user_text import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..file_utils import atomic_write_text
+from ..io.atomic import atomic_write_text
 from .common import (
     EXIT_OK,
     CLIError,

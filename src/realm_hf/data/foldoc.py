@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..file_utils import atomic_write, json_lines
+from ..io.atomic import atomic_write
+from ..io.json_lines import json_lines
 from ..metrics import has_answer, normalize_answer
 from ..sentences import sentence_spans
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ..file_utils import json_lines
+from ..io.json_lines import json_lines
 from ..metrics import has_answer, normalize_answer
 
 __all__ = [

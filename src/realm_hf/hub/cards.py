@@ -18,7 +18,7 @@ from huggingface_hub import CardData, DatasetCard, ModelCard, RepoCard
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from ..file_utils import atomic_write_text
+from ..io.atomic import atomic_write_text
 from ..logging_utils import get_logger
 from .card_content import (
     DESCRIPTION_ONE_REPO,

@@ -6,6 +6,8 @@ import numbers
 
 from transformers import PreTrainedConfig
 
+from ..io.consistent_reads import consistent_read
+
 
 class RealmConfig(PreTrainedConfig):
     r"""
@@ -245,11 +247,9 @@ class RealmConfig(PreTrainedConfig):
         nonsense without failing. A BERT checkpoint is a valid starting point, through `init_from_bert`.
 
         A local directory is read as one save, as the models and the tokenizer read it (see
-        [`realm_hf.file_utils.consistent_read`]): an interrupted save is completed, a save in progress waited for,
+        [`realm_hf.io.consistent_reads.consistent_read`]): an interrupted save is completed, a save in progress waited for,
         and a `config.json` that is a link leading out of the directory is refused.
         """
-        from ..file_utils import consistent_read  # local import: the config module imports nothing of realm-hf
-
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
             config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         model_type = config_dict.get("model_type")

@@ -12,8 +12,9 @@ from transformers.activations import GELUTanh, NewGELUActivation
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertLMPredictionHead
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from ..file_utils import consistent_read, staged_save
-from ..hub.auto_map import model_auto_map, prepare_save, write_auto_module
+from ..io.auto_map import model_auto_map, prepare_save, write_auto_module
+from ..io.consistent_reads import consistent_read
+from ..io.staged_saves import staged_save
 from .configuration_realm import RealmConfig
 
 
@@ -53,7 +54,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         transformers' `from_pretrained`, reading a local directory as one save: a save into it that was interrupted
         while its files were being swapped in is completed first (see [`~RealmPreTrainedModel.save_pretrained`]), a
         save in progress is waited for, and its config, weights and tokenizer files must not be links leading out of
-        it (see [`realm_hf.file_utils.consistent_read`]).
+        it (see [`realm_hf.io.consistent_reads.consistent_read`]).
         """
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
             _refuse_part_of_a_whole_model(cls, pretrained_model_name_or_path, kwargs.get("subfolder"))
@@ -63,9 +64,9 @@ class RealmPreTrainedModel(PreTrainedModel):
         r"""
         transformers' `save_pretrained`, made all-or-nothing: the files are written into a temporary folder inside
         `save_directory` and swapped in under a journal, so that a save killed at any moment leaves exactly the
-        previous save or exactly this one (see [`realm_hf.file_utils.staged_save`]). Other files in the directory
+        previous save or exactly this one (see [`realm_hf.io.staged_saves.staged_save`]). Other files in the directory
         are kept. `config.json` also gets an `auto_map` naming the small `realm_hf_auto.py` written next to it, so that
-        transformers' Auto classes used without `import realm_hf` point to realm-hf (see `realm_hf/hub/auto_map.py` and
+        transformers' Auto classes used without `import realm_hf` point to realm-hf (see `realm_hf/io/auto_map.py` and
         docs/hub.md).
         """
         self._save_directory(save_directory, args, kwargs)
@@ -74,7 +75,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         r"""
         Save weights and config (transformers' `save_pretrained` with `args`/`kwargs`), `retriever` in `retriever/`
         and whatever `write_extra(folder)` writes, into `save_directory` all at once or not at all, even if the
-        process is killed: see [`realm_hf.file_utils.staged_save`]. The retriever's manifest records the sha256 of
+        process is killed: see [`realm_hf.io.staged_saves.staged_save`]. The retriever's manifest records the sha256 of
         the weights saved with it, so that weights and index from two different saves are refused at load.
 
         A `tokenizer=` keyword (not a transformers argument) saves that tokenizer in the same swap, so weights and

@@ -20,7 +20,9 @@ from huggingface_hub import hf_hub_download, snapshot_download, try_to_load_from
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
 from ..constants import LEGACY_BLOCK_RECORDS, MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from ..file_utils import check_inside, consistent_read, recover_interrupted_save
+from ..io.consistent_reads import consistent_read
+from ..io.paths import check_inside
+from ..io.staged_saves import recover_interrupted_save
 from ..logging_utils import get_logger
 
 if TYPE_CHECKING:

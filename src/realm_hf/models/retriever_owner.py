@@ -6,7 +6,7 @@ weights): attaching it, requiring it, and loading, saving and pushing it with th
 
 from __future__ import annotations
 
-from ..file_utils import consistent_read
+from ..io.consistent_reads import consistent_read
 from ..logging_utils import get_logger
 from .retriever_loading import HUB_KWARGS, check_retriever_dim, load_checkpoint_retriever
 

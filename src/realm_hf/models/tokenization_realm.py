@@ -9,8 +9,8 @@ import weakref
 from transformers import BatchEncoding, BertTokenizer
 from transformers.utils import PaddingStrategy
 
-from ..file_utils import consistent_read
-from ..hub.auto_map import prepare_save, tokenizer_auto_map, write_auto_module
+from ..io.auto_map import prepare_save, tokenizer_auto_map, write_auto_module
+from ..io.consistent_reads import consistent_read
 
 # One lock per tokenizer object. A 🤗 Tokenizers-backed tokenizer keeps its padding and truncation settings in the
 # shared Rust object: each call first sets them (`set_truncation_and_padding`), then encodes. Two threads calling
@@ -114,7 +114,7 @@ class RealmTokenizer(BertTokenizer):
         [`~transformers.PreTrainedTokenizerBase.from_pretrained`], reading a local directory as one save, as the
         models do: a save into it (or into the model directory holding it) interrupted while swapping its files in is
         completed first, a save in progress is waited for, and its files must not be links leading out of it (see
-        [`realm_hf.file_utils.consistent_read`]). A folder or Hub repo without the vocabulary (`vocab.txt` or
+        [`realm_hf.io.consistent_reads.consistent_read`]). A folder or Hub repo without the vocabulary (`vocab.txt` or
         `tokenizer.json`) is an `OSError` naming the missing file, as the transformers 4 tokenizer raised, instead of
         a tokenizer of only special tokens ([`check_vocabulary`]).
         """
@@ -127,7 +127,7 @@ class RealmTokenizer(BertTokenizer):
         """
         [`~transformers.PreTrainedTokenizerBase.save_pretrained`], plus an `auto_map` in `tokenizer_config.json` and
         the small `realm_hf_auto.py` it names, so that `AutoTokenizer` without `import realm_hf` points to realm-hf
-        instead of building a generic tokenizer (see `realm_hf/hub/auto_map.py` and docs/hub.md).
+        instead of building a generic tokenizer (see `realm_hf/io/auto_map.py` and docs/hub.md).
         """
         prepare_save(self)
         # transformers writes a tokenizer's `_auto_map` as the `auto_map` of tokenizer_config.json.

@@ -33,7 +33,7 @@ from typing import Any
 
 from transformers import Pipeline
 
-from ..file_utils import atomic_write_text
+from ..io.atomic import atomic_write_text
 from ..models.modeling_base import RealmPreTrainedModel, local_config
 from ..models.modeling_openqa import RealmForOpenQA
 from ..precision import parse_dtype

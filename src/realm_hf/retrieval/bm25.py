@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from ..file_utils import file_sha256
+from ..io.checksums import file_sha256
 
 SPARSE_PARAMS_NAME = "bm25_params.json"
 SPARSE_BLOCK_IDS_NAME = "bm25_block_ids.npy"

@@ -21,7 +21,7 @@ from datasets.arrow_writer import ArrowWriter
 from datasets.utils.py_utils import asdict
 
 from ..constants import CORPUS_DIR, INDEX_NAME, LEGACY_BLOCK_RECORDS, TOKENIZER_DIR
-from ..file_utils import staged_save
+from ..io.staged_saves import staged_save
 from ..progress import progress_bar
 from .encoding import fingerprint_module
 from .index import BlockIndex

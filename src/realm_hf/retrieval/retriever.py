@@ -12,7 +12,7 @@ import faiss
 import numpy as np
 import torch
 
-from ..file_utils import staged_save
+from ..io.staged_saves import staged_save
 from ..logging_utils import get_logger, warn
 from . import building
 from .building import BuildOptions
@@ -728,7 +728,7 @@ class RealmRetriever:
         The save is all-or-nothing, even if the process is killed: everything is first written (and flushed to
         disk) in a temporary folder inside `save_directory`, then swapped in under a journal, so the directory holds
         exactly the previous save or exactly this one; an interrupted swap is completed by the next load or save
-        (see [`realm_hf.file_utils.staged_save`]). The manifest records the size and sha256 of every file, checked
+        (see [`realm_hf.io.staged_saves.staged_save`]). The manifest records the size and sha256 of every file, checked
         on load.
 
         Args:

@@ -28,15 +28,10 @@ from ..constants import (
     SPARSE_INDEX_DIR,
     TOKENIZER_DIR,
 )
-from ..file_utils import (
-    check_inside,
-    check_relative_name,
-    consistent_read,
-    file_sha256,
-    recover_moved_aside,
-    save_in_progress,
-)
-from ..hub.auto_map import tokenizer_auto_map
+from ..io.auto_map import tokenizer_auto_map
+from ..io.checksums import file_sha256
+from ..io.consistent_reads import consistent_read, recover_moved_aside, save_in_progress
+from ..io.paths import check_inside, check_relative_name
 from ..logging_utils import get_logger
 from .bm25 import BM25BlockIndex
 from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
@@ -376,7 +371,7 @@ def load_retriever_parts(
     Read and check a saved retriever directory: the manifest against the model's expectations, every file against
     the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
     against the manifest and each other. Returns `(manifest, store, tokenizer)`. Read as one save (a save into it, or
-    into the model directory holding it, is completed or waited for: see [`realm_hf.file_utils.consistent_read`]).
+    into the model directory holding it, is completed or waited for: see [`realm_hf.io.consistent_reads.consistent_read`]).
     """
     with consistent_read(path):
         return _load_retriever_parts(path, expected_dim, expected_num_blocks, mmap, verify_checksums)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from ..constants import FORMAT_VERSION, MANIFEST_NAME, SHARD_FOLDER_FORMAT, SHARDED_MANIFEST_NAME
-from ..file_utils import file_sha256, recover_interrupted_save, staged_save
+from ..io.checksums import file_sha256
+from ..io.staged_saves import recover_interrupted_save, staged_save
 from . import building
 from .building import BuildOptions
 from .chunking import split_documents

@@ -14,7 +14,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
-from ..file_utils import atomic_write
+from ..io.atomic import atomic_write
 from ..logging_utils import get_logger
 
 logger = get_logger(__name__)

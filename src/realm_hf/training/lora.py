@@ -30,7 +30,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..file_utils import consistent_read, normalize_permissions, staged_save
+from ..io.atomic import normalize_permissions
+from ..io.consistent_reads import consistent_read
+from ..io.staged_saves import staged_save
 from ..logging_utils import get_logger
 
 logger = get_logger(__name__)
@@ -234,7 +236,7 @@ def save_adapter(peft_model, save_directory: str | os.PathLike, **kwargs) -> str
     r"""
     Save only the adapter: `adapter_config.json` and `adapter_model.safetensors` (no pickle), a few hundred KB for a
     base-size model. All or nothing, even if killed: the files are written into a temporary folder inside
-    `save_directory` and swapped in under a journal ([`realm_hf.file_utils.staged_save`], as a model save), so the
+    `save_directory` and swapped in under a journal ([`realm_hf.io.staged_saves.staged_save`], as a model save), so the
     directory holds the previous adapter or this one, never a config of one and weights of the other. Other files in
     the directory are kept.
 

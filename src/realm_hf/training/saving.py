@@ -25,7 +25,8 @@ import safetensors.torch
 import torch
 
 from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
-from ..file_utils import atomic_write_text, staged_save
+from ..io.atomic import atomic_write_text
+from ..io.staged_saves import staged_save
 from ..logging_utils import get_logger
 from ..models.initialization import hub_id_or_none
 from ..models.modeling_base import RealmPreTrainedModel

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from ..constants import AUTO_MODULE_FILE
-from ..file_utils import atomic_write_text
+from .atomic import atomic_write_text
 
 _MODULE = AUTO_MODULE_FILE[: -len(".py")]
 _MODULE_SOURCE = '''"""
