@@ -13,16 +13,11 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
-from realm_hf.models.reader_inputs import (
-    build_reader_inputs,
-    find_answer_spans,
-    find_answers_in_token_ids,
-    tokenize_answers,
-    truncated_pair_lengths,
-)
+from realm_hf.models.reader_inputs import build_reader_inputs, tokenize_answers, truncated_pair_lengths
 from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
 from realm_hf.retrieval.encoding import tokenize_block_texts
 from realm_hf.retrieval.retriever import RealmRetriever
+from realm_hf.text.answer_spans import find_answer_spans, find_answers_in_token_ids
 from realm_hf.training.openqa import DataCollatorForOpenQA
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "corpus")

@@ -67,7 +67,7 @@ def test_every_bad_question_is_named(tiny):
 
 
 def test_past_a_hundred_positions_the_message_says_how_to_list_them(tiny):
-    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.user_text.question_problems\("):
+    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.text.user_text.question_problems\("):
         tiny[0].answer([""] * 107)
 
 

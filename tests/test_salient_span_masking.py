@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
+from realm_hf.text.salient_spans import find_dates_and_numbers
 from realm_hf.training import DataCollatorForSalientSpanMasking
-from realm_hf.training.pretraining import find_dates_and_numbers
 
 # A tiny WordPiece vocabulary with deliberate "##" pieces: ritchie -> rit ##chie, unix -> un ##ix,
 # 1971 -> 19 ##71, abcdefgh -> ab ##cd ##ef ##gh.

@@ -11,7 +11,7 @@ from realm_hf.io.atomic import atomic_write, atomic_write_text, swap_into_place
 from realm_hf.models.modeling_pretraining import encode_blocks
 from realm_hf.retrieval.encoding import tokenize_blocks
 from realm_hf.retrieval.legacy import pickle_allowed
-from realm_hf.sentences import sentence_spans, split_sentences
+from realm_hf.text.sentences import sentence_spans, split_sentences
 
 HERE = os.path.dirname(__file__)
 

@@ -65,7 +65,7 @@ def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
 
 
 def run(args) -> int:
-    from ..user_text import check_context, question_problems
+    from ..text.user_text import check_context, question_problems
 
     items = read_questions(args.questions, args.file)
     if args.top_k < 1:

@@ -151,7 +151,7 @@ def load_tokenizer(*candidates: str):
     """The tokenizer of the first directory (or `retriever/tokenizer` subfolder) that has one."""
     from transformers import AutoTokenizer  # deferred: see library_progress_bars
 
-    from ..models.tokenization_realm import check_vocabulary
+    from ..text.tokenizer_calls import check_vocabulary
 
     errors = []
     for candidate in candidates:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..io.json_lines import json_lines
-from ..user_text import question_text_problems, undecodable_text_problem
+from ..text.user_text import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 
 _DOCUMENT_SUFFIXES = {

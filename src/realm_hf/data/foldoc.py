@@ -18,7 +18,7 @@ from pathlib import Path
 from ..io.atomic import atomic_write
 from ..io.json_lines import json_lines
 from ..metrics import has_answer, normalize_answer
-from ..sentences import sentence_spans
+from ..text.sentences import sentence_spans
 
 __all__ = [
     "DEFAULT_DICT_PATH",
@@ -43,7 +43,7 @@ __all__ = [
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """
     FOLDOC's sentences: `(start, end)` character spans by the package's sentence rule in its cased form
-    ([`~realm_hf.sentences.sentence_spans`] with `cased=True`: an end needs a capital letter or a digit after it).
+    ([`~realm_hf.text.sentences.sentence_spans`] with `cased=True`: an end needs a capital letter or a digit after it).
     """
     return sentence_spans(text, cased=True)
 

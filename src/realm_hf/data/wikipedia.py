@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from ..metrics import has_answer, normalize_answer
-from ..sentences import sentence_spans
-from ..training.pretraining import salient_spans
+from ..text.salient_spans import salient_spans
+from ..text.sentences import sentence_spans
 from .vital_questions import load_vital_questions, record_problem, title_names
 
 __all__ = [

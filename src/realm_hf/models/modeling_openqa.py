@@ -15,7 +15,8 @@ import torch
 from ..logging_utils import get_logger
 from ..precision import autocast
 from ..retrieval.encoding import tokenize_blocks
-from ..user_text import as_question_list, check_max_question_length, check_positive_int, check_questions
+from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import as_question_list, check_max_question_length, check_positive_int, check_questions
 from .configuration_realm import RealmConfig
 from .modeling_base import RealmPreTrainedModel
 from .modeling_embedder import RealmEmbedder
@@ -33,7 +34,6 @@ from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .retriever_owner import RetrieverOwnerMixin
-from .tokenization_realm import tokenizer_call
 
 logger = get_logger(__name__)
 

@@ -108,7 +108,7 @@ def _legacy_retriever(path: str, block_emb, allow_pickle: bool) -> CheckpointRet
         from transformers import AutoTokenizer
 
         from ..retrieval.retriever import RealmRetriever
-        from .tokenization_realm import check_vocabulary
+        from ..text.tokenizer_calls import check_vocabulary
 
         tokenizer = AutoTokenizer.from_pretrained(path)
         check_vocabulary(tokenizer, path)

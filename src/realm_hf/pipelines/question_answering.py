@@ -21,11 +21,11 @@ from ..logging_utils import get_logger
 from ..models.modeling_openqa import RealmForOpenQA
 from ..models.openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
 from ..models.provenance import block_provenance
-from ..models.tokenization_realm import tokenizer_call
 from ..precision import autocast, parse_dtype
-from ..user_text import check_context as _check_context
-from ..user_text import check_positive_int, check_questions
-from ..user_text import question_example as _to_example
+from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import check_context as _check_context
+from ..text.user_text import check_positive_int, check_questions
+from ..text.user_text import question_example as _to_example
 
 __all__ = ["RealmQuestionAnsweringPipeline", "CLASSIC_ALIASES", "CLASSIC_REFUSED", "map_classic_options"]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..user_text import check_positive_int
+from ..text.user_text import check_positive_int
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
 from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts

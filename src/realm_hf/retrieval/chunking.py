@@ -8,9 +8,9 @@ import datasets
 import numpy as np
 
 from ..logging_utils import get_logger
-from ..models.tokenization_realm import tokenizer_call
-from ..sentences import sentence_spans
-from ..user_text import check_text
+from ..text.sentences import sentence_spans
+from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import check_text
 from .corpus import TOKEN_IDS_COLUMN, check_doc_id
 
 logger = get_logger(__name__)
@@ -34,7 +34,7 @@ def block_spans(
     Split `text` into blocks that fit, together with `title`, in `max_block_length` wordpieces as the embedder sees
     them: `[CLS] title [SEP] block [SEP]`.
 
-    Blocks end at sentence ends ([`~realm_hf.sentences.sentence_spans`]: `.`, `!`, `?` before a capital, or a
+    Blocks end at sentence ends ([`~realm_hf.text.sentences.sentence_spans`]: `.`, `!`, `?` before a capital, or a
     line break) when one falls in the second half of the wordpiece budget, otherwise at the last word boundary; a block never starts inside a word (with a `##` wordpiece) unless a
     single word is longer than a whole block. Block texts are slices of `text` (via the tokenizer's offsets, not
     `decode`), so casing, accents and punctuation are kept.

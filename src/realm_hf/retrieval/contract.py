@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from transformers.utils import ModelOutput
 
-from ..user_text import check_positive_int
+from ..text.user_text import check_positive_int
 
 
 class Retriever(Protocol):

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from ..logging_utils import get_logger
-from ..models.tokenization_realm import tokenizer_call
 from ..precision import autocast
 from ..progress import progress_bar
+from ..text.tokenizer_calls import tokenizer_call
 
 logger = get_logger(__name__)
 

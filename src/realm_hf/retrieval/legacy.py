@@ -27,8 +27,8 @@ import pyarrow as pa
 import torch
 
 from ..constants import ALLOW_PICKLE_ENV, LEGACY_BLOCK_EMB_KEY, LEGACY_BLOCK_RECORDS
-from ..models.reader_inputs import find_answer_spans
-from ..models.tokenization_realm import tokenizer_call
+from ..text.answer_spans import find_answer_spans
+from ..text.tokenizer_calls import tokenizer_call
 
 # Legacy records are decoded in chunks of this many rows (the 13M-record array is 12.6 GB).
 _DECODE_CHUNK_ROWS = 1 << 20

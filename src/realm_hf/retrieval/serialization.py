@@ -147,7 +147,7 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
 def _try_load_tokenizer(path: str):
     from transformers import AutoTokenizer, BertTokenizer
 
-    from ..models.tokenization_realm import check_vocabulary  # with transformers, imported when a tokenizer is loaded
+    from ..text.tokenizer_calls import check_vocabulary  # with transformers, imported when a tokenizer is loaded
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)

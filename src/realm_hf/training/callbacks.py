@@ -333,7 +333,7 @@ class RealmReindexCallback(TrainerCallback):
         """
         if self.staleness_questions is None or self._model is None or self.retriever.collective:
             return {}
-        from ..models.tokenization_realm import tokenizer_call
+        from ..text.tokenizer_calls import tokenizer_call
 
         model = unwrap_realm_model(self._model)
         embedder = getattr(model, "query_embedder", None) or model.embedder

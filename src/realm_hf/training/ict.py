@@ -12,8 +12,8 @@ import torch
 from transformers import Trainer
 
 from ..logging_utils import get_logger
-from ..models.tokenization_realm import tokenizer_call
-from ..sentences import split_sentences
+from ..text.sentences import split_sentences
+from ..text.tokenizer_calls import tokenizer_call
 from .saving import RealmModelCardMixin
 
 logger = get_logger(__name__)

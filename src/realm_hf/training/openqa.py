@@ -11,9 +11,9 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from ..logging_utils import get_logger
-from ..models.tokenization_realm import tokenizer_call
 from ..progress import progress_bar
-from ..user_text import (
+from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import (
     more_problems,
     question_content_problems,
     question_problems,
@@ -107,7 +107,7 @@ def check_training_questions(
     Check a QA dataset's questions before training starts (so a bad record stops the run before the first step, not
     at it): a missing column (`question_column`, and `answers_column` when given), no record at all, a question that
     is not a non-empty, decodable string, or one without a content wordpiece (only emoji, punctuation, special
-    tokens: `realm_hf.user_text`) raises a `ValueError` naming its record; questions longer than
+    tokens: `realm_hf.text.user_text`) raises a `ValueError` naming its record; questions longer than
     `max_question_length` wordpieces are counted and logged (the collator cuts them).
 
     Returns:

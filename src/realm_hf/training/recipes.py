@@ -14,7 +14,7 @@ from torch import nn
 from transformers import TrainingArguments, enable_full_determinism, set_seed
 
 from ..precision import has_native_bf16
-from ..user_text import check_positive_int
+from ..text.user_text import check_positive_int
 from .callbacks import RealmReindexCallback, place_reindex_callbacks_first
 from .ict import DataCollatorForInverseClozeTask, RealmICTTrainer
 from .openqa import DataCollatorForOpenQA, MarkReaderTrainedCallback, RealmOpenQATrainer, check_training_questions

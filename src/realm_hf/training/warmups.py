@@ -32,17 +32,13 @@ from transformers import Trainer
 from ..logging_utils import get_logger
 from ..metrics import has_answer, normalize_answer
 from ..models.modeling_reader import _marginal_log_loss
-from ..models.reader_inputs import (
-    build_reader_inputs,
-    find_answers_in_token_ids,
-    normalize_answer_ids,
-    tokenize_answers,
-)
-from ..models.tokenization_realm import tokenizer_call
-from ..sentences import sentence_spans
-from ..user_text import check_positive_int
+from ..models.reader_inputs import build_reader_inputs, normalize_answer_ids, tokenize_answers
+from ..text.answer_spans import find_answers_in_token_ids
+from ..text.salient_spans import salient_spans
+from ..text.sentences import sentence_spans
+from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import check_positive_int
 from .openqa import BeamAnswerTally, keep_data_columns, require_data
-from .pretraining import salient_spans
 from .saving import RealmCheckpointMixin
 
 logger = get_logger(__name__)

@@ -26,7 +26,7 @@ import numbers
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
-from .models.tokenization_realm import tokenizer_call
+from .tokenizer_calls import tokenizer_call
 
 #: How many bad questions one error message describes; the positions of the others are listed after them.
 _MAX_LISTED = 5
@@ -281,7 +281,7 @@ def more_problems(problems: Sequence[tuple[int, str]], name: str) -> str:
         return ""
     shown = ", ".join(name.format(i) for i in rest[:_MAX_POSITIONS])
     tail = (
-        f" and {len(rest) - _MAX_POSITIONS} more (`realm_hf.user_text.question_problems(questions, tokenizer, "
+        f" and {len(rest) - _MAX_POSITIONS} more (`realm_hf.text.user_text.question_problems(questions, tokenizer, "
         "max_question_length)` lists every problem)"
         if len(rest) > _MAX_POSITIONS
         else ""
