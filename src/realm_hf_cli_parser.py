@@ -107,9 +107,9 @@ def _version() -> str:
     try:
         return metadata.version("realm-hf")
     except metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, not installed: ask the package itself
-        import realm_hf
+        from realm_hf.version import __version__
 
-        return realm_hf.__version__
+        return __version__
 
 
 class _VersionAction(argparse.Action):

@@ -45,14 +45,8 @@ from test_pipeline import DOCS, QUESTIONS, assert_same_answers, build_tiny_model
 import realm_hf
 from realm_hf import RealmForOpenQA
 from realm_hf.hub.cards import parse_card_metadata
-from realm_hf.hub.repositories import (
-    download_retriever,
-    load_referenced_retriever,
-    load_retriever_from_hub,
-    push_corpus_to_hub,
-    push_to_hub,
-    set_retriever_reference,
-)
+from realm_hf.hub.repositories import push_corpus_to_hub, push_to_hub, set_retriever_reference
+from realm_hf.models.retriever_loading import download_retriever, load_referenced_retriever, load_retriever_from_hub
 from realm_hf.retrieval.retriever import RealmRetriever
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

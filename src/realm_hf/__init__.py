@@ -5,21 +5,20 @@ and the REALM question-answering pipeline. Registration is idempotent and touche
 registries: no logging configuration, no monkeypatching.
 """
 
-__version__ = "0.1.0"
-
-from .models.configuration_realm import RealmConfig  # noqa: E402
-from .models.initialization import init_from_bert, realm_config_from_bert  # noqa: E402
-from .models.modeling_base import RealmPreTrainedModel  # noqa: E402
-from .models.modeling_embedder import RealmEmbedder, RealmEmbedderOutput, RealmScorer, RealmScorerOutput  # noqa: E402
-from .models.modeling_knowledge_aug import RealmKnowledgeAugEncoder  # noqa: E402
-from .models.modeling_openqa import RealmForOpenQA  # noqa: E402
-from .models.modeling_pretraining import RealmForPreTraining, RealmForPreTrainingOutput  # noqa: E402
-from .models.modeling_reader import RealmReader, RealmReaderOutput  # noqa: E402
-from .models.openqa_answers import RealmForOpenQAOutput  # noqa: E402
-from .models.reader_inputs import RealmReaderInputs, build_reader_inputs  # noqa: E402
-from .models.tokenization_realm import RealmTokenizer, RealmTokenizerFast  # noqa: E402
-from .retrieval.retriever import RealmRetriever, RealmSearchOutput  # noqa: E402
-from .retrieval.sharding import ShardedRealmRetriever  # noqa: E402
+from .models.configuration_realm import RealmConfig
+from .models.initialization import init_from_bert, realm_config_from_bert
+from .models.modeling_base import RealmPreTrainedModel
+from .models.modeling_embedder import RealmEmbedder, RealmEmbedderOutput, RealmScorer, RealmScorerOutput
+from .models.modeling_knowledge_aug import RealmKnowledgeAugEncoder
+from .models.modeling_openqa import RealmForOpenQA
+from .models.modeling_pretraining import RealmForPreTraining, RealmForPreTrainingOutput
+from .models.modeling_reader import RealmReader, RealmReaderOutput
+from .models.openqa_answers import RealmForOpenQAOutput
+from .models.reader_inputs import RealmReaderInputs, build_reader_inputs
+from .models.tokenization_realm import RealmTokenizer, RealmTokenizerFast
+from .retrieval.retriever import RealmRetriever, RealmSearchOutput
+from .retrieval.sharding import ShardedRealmRetriever
+from .version import __version__
 
 
 def _register() -> None:

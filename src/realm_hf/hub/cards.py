@@ -253,7 +253,7 @@ def generate_corpus_card(
         "```\n\n"
         "or load it directly:\n\n"
         "```python\n"
-        "from realm_hf.hub.repositories import download_retriever\n"
+        "from realm_hf.models.retriever_loading import download_retriever\n"
         "from realm_hf import RealmRetriever\n\n"
         f'retriever = RealmRetriever.from_pretrained(download_retriever("{repo_id}", subfolder="{subfolder}", '
         'repo_type="dataset"))\n'

@@ -1,6 +1,7 @@
 """
 Hub publishing for REALM: one model repo that holds everything, or a model repo plus a dataset repo. Loading is
-`realm_hf.models.retriever_loading`'s (one loader for local directories and Hub repos); its Hub functions are re-exported here.
+`realm_hf.models.retriever_loading`'s (one loader for local directories and Hub repos, `download_retriever`,
+`load_retriever_from_hub`, `load_referenced_retriever`).
 
 Layouts:
 
@@ -8,11 +9,11 @@ Layouts:
   `RealmForPreTraining` write the weights (safetensors), config, tokenizer and model card at the root and the corpus
   (`corpus/`: Arrow locally, Parquet shards when pushed), FAISS index (`index.faiss`), the corpus tokenizer and
   `retriever_manifest.json` under `retriever/`. `from_pretrained(repo_id, revision=...)` of either fetches the
-  weights through transformers and the `retriever/` folder through [`load_retriever_from_hub`].
+  weights through transformers and the `retriever/` folder through `load_retriever_from_hub`.
 - **Model + dataset repo**: [`push_corpus_to_hub`] shares a corpus and its index as a dataset repo (one corpus can
   serve several models); [`set_retriever_reference`] records it in the model config (`retriever_repo_id`,
   `retriever_revision`, `retriever_repo_type`, `retriever_subfolder`), and loading follows that reference when the
-  model repo has no `retriever/` folder ([`load_referenced_retriever`]).
+  model repo has no `retriever/` folder (`load_referenced_retriever`).
 
 Every download goes through `huggingface_hub` and its cache, so `HF_HUB_OFFLINE=1` (or `local_files_only=True`)
 loads from the cache alone and fails with a clear error when the files are not there.
@@ -34,10 +35,7 @@ from huggingface_hub.errors import EntryNotFoundError
 
 from ..constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 from ..logging_utils import get_logger
-
-# Loading lives in `retriever_loading` (one loader for local directories and Hub repos, for every REALM model that
-# owns a retriever); its Hub functions are part of this module's API too.
-from ..models.retriever_loading import download_retriever, load_referenced_retriever, load_retriever_from_hub
+from .cards import write_corpus_card, write_model_card
 
 logger = get_logger(__name__)
 
@@ -59,8 +57,8 @@ def set_retriever_reference(
     Point a model config at a retriever stored elsewhere (a dataset repo from [`push_corpus_to_hub`] or a local
     directory). The fields are saved in `config.json`; `from_pretrained` follows a Hub repo id when the model
     directory or repo has no `retriever/` folder. A local directory is never followed by `from_pretrained` (a model's
-    config may not make realm-hf read another corpus on disk unasked): load it with [`load_referenced_retriever`].
-    `repo_id=None` removes the reference.
+    config may not make realm-hf read another corpus on disk unasked): load it with
+    [`~realm_hf.models.retriever_loading.load_referenced_retriever`]. `repo_id=None` removes the reference.
 
     Args:
         config ([`RealmConfig`]): The model's config (`model.config`).
@@ -137,7 +135,6 @@ def push_to_hub(
     Returns:
         `huggingface_hub.CommitInfo` of the upload.
     """
-    from .cards import write_model_card
 
     api = HfApi(endpoint=endpoint, token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -245,7 +242,6 @@ def push_corpus_to_hub(
     Returns:
         `huggingface_hub.CommitInfo` of the upload.
     """
-    from .cards import write_corpus_card
 
     api = HfApi(endpoint=endpoint, token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type).repo_id
@@ -282,10 +278,7 @@ __all__ = [
     "REFERENCE_FIELDS",
     "RETRIEVER_MANIFEST_NAME",
     "RETRIEVER_SUBFOLDER",
-    "download_retriever",
     "expected_data_files",
-    "load_referenced_retriever",
-    "load_retriever_from_hub",
     "push_corpus_to_hub",
     "push_to_hub",
     "set_retriever_reference",
