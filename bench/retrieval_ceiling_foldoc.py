@@ -236,7 +236,7 @@ class Probe:
         from realm_hf.metrics import has_answer
 
         # the loss RealmReader trains the retriever with
-        from realm_hf.models.modeling_reader import _marginal_log_loss
+        from realm_hf.models.modeling_reader import marginal_log_loss
 
         def batch_loss(embedder, batch):
             query = self.embed(embedder, batch)
@@ -252,7 +252,7 @@ class Probe:
             own = self._own_rows_mask(batch, rows)
             correct &= ~own
             scores = scores.masked_fill(own, -1e4)
-            return (_marginal_log_loss(scores, correct) * correct.any(-1)).mean()
+            return (marginal_log_loss(scores, correct) * correct.any(-1)).mean()
 
         return self._one_pass(embedder, data, learning_rate, batch_loss)
 

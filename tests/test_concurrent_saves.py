@@ -1,7 +1,7 @@
-"""A load sees exactly one save, even while another process or thread saves into the same directory (issue 25).
+"""A load sees exactly one save, even while another process or thread saves into the same directory.
 
-Every realm-hf reader goes through `realm_hf.io.consistent_reads.consistent_read`: it waits for a save in progress (saying so)
-and keeps the next save out until everything it reads (weights, config, retriever) has been read.
+Every realm-hf reader goes through `realm_hf.io.consistent_reads.consistent_read`: it waits for a save in progress
+(saying so) and keeps the next save out until everything it reads (weights, config, retriever) has been read.
 """
 
 import hashlib

@@ -10,6 +10,8 @@ CORPUS_DIR = "corpus"
 TOKENIZER_DIR = "tokenizer"
 # A hybrid retriever's BM25 index (`retrieval/sparse.py`), saved beside the dense index under the same manifest.
 SPARSE_INDEX_DIR = "sparse_bm25"
+# What a retriever directory holds, in the order a save swaps it in (the manifest last).
+RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, SPARSE_INDEX_DIR, MANIFEST_NAME)
 # A sharded retriever directory (ShardedRealmRetriever.save_pretrained): one manifest naming N shard folders, each a
 # retriever directory of its own (the blocks one process holds).
 SHARDED_MANIFEST_NAME = "sharded_retriever_manifest.json"

@@ -9,8 +9,8 @@ package). No command module is named `main`: a submodule `realm_hf.cli.main`, on
 package's `main` function with itself.
 
 The output directories (`index`, `convert`) are swapped in whole through realm-hf's one atomic-write path
-(`io.staged_saves.replace_directory`, journaled: a killed `--overwrite` leaves the old or the new output); files go through
-`io.atomic.atomic_write_text` directly.
+(`io.staged_saves.replace_directory`, journaled: a killed `--overwrite` leaves the old or the new output); files go
+through `io.atomic.atomic_write_text` directly.
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ def metrics_table(metrics: dict[str, float]) -> str:
 def atomic_output_dir(output: str, overwrite: bool = False) -> Iterator[str]:
     """
     Yield a temporary directory; on success it replaces `output` in one journaled swap, on failure it is removed (see
-    [`realm_hf.io.staged_saves.replace_directory`]: a run killed half-way through the swap leaves a journal that the next
-    run, or a load of `output`, completes). An existing non-empty `output` is refused unless `overwrite`, and is only
+    [`realm_hf.io.staged_saves.replace_directory`]: a run killed half-way through the swap leaves a journal that the
+    next run, or a load of `output`, completes). An existing non-empty `output` is refused unless `overwrite`, and is only
     removed after the new one is in place.
     """
     output = os.path.abspath(output)

@@ -69,4 +69,16 @@ def check_inside(directory: str, path: str, what: str, source: str, recursive: b
                 check(os.path.join(folder, name))
 
 
-__all__ = ["allowed_roots", "check_inside", "check_relative_name"]
+def resolve_inside(directory: str, relative, what: str, source: str, recursive: bool = True) -> str:
+    """
+    `directory/relative` for a relative name read from a saved file, refused when the name leads out of `directory`
+    ([`check_relative_name`]) or, when the path exists, when a symbolic link on the way (or, with `recursive`, under
+    it) does ([`check_inside`]). `what` and `source` (the field and the file that gave `relative`) go into the error.
+    """
+    full = os.path.join(directory, *check_relative_name(relative, what, source))
+    if os.path.lexists(full):
+        check_inside(directory, full, what, source, recursive=recursive)
+    return full
+
+
+__all__ = ["allowed_roots", "check_inside", "check_relative_name", "resolve_inside"]

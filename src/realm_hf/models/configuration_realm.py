@@ -247,8 +247,8 @@ class RealmConfig(PreTrainedConfig):
         nonsense without failing. A BERT checkpoint is a valid starting point, through `init_from_bert`.
 
         A local directory is read as one save, as the models and the tokenizer read it (see
-        [`realm_hf.io.consistent_reads.consistent_read`]): an interrupted save is completed, a save in progress waited for,
-        and a `config.json` that is a link leading out of the directory is refused.
+        [`realm_hf.io.consistent_reads.consistent_read`]): an interrupted save is completed, a save in progress waited
+        for, and a `config.json` that is a link leading out of the directory is refused.
         """
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
             config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)

@@ -11,6 +11,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertModel
 
 from ..logging_utils import get_logger
+from ..progress import progress_bar
 from .configuration_realm import RealmConfig
 from .modeling_embedder import RealmScorerProjection
 from .modeling_reader import RealmReader
@@ -362,8 +363,7 @@ def init_projection_from_pca(
     Raises:
         `ValueError`: with fewer sample blocks than projection dimensions.
     """
-    from ..progress import progress_bar
-    from ..retrieval.encoding import tokenize_blocks
+    from ..retrieval.encoding import tokenize_blocks  # local import: retrieval pulls in faiss and datasets
 
     texts = list(texts)
     size = embedder.config.retriever_proj_size

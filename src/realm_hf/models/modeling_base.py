@@ -177,7 +177,11 @@ def _fuse_gelu_new(model: nn.Module) -> None:
                 setattr(module, name, GELUTanh())
 
 
-def _encoder_kwargs(output_attentions, output_hidden_states):
+def encoder_output_kwargs(output_attentions, output_hidden_states) -> dict:
+    """
+    The `output_attentions` / `output_hidden_states` keyword arguments of a BERT encoder call, with only the ones the
+    caller set: an unset flag is left out, so the encoder falls back to its config as transformers' models do.
+    """
     kwargs = {}
     if output_attentions is not None:
         kwargs["output_attentions"] = output_attentions

@@ -10,7 +10,7 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead, BertMod
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
+from .modeling_base import RealmPreTrainedModel, check_input_shape, check_token_ids, encoder_output_kwargs
 
 
 @dataclass
@@ -133,7 +133,7 @@ class RealmEmbedder(RealmPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            **_encoder_kwargs(output_attentions, output_hidden_states),
+            **encoder_output_kwargs(output_attentions, output_hidden_states),
         )
         if self.config.retriever_pooling == "mean":
             # Sentence encoders' own pooling: their [CLS] vector was never trained as a sentence embedding.
@@ -250,7 +250,7 @@ class RealmScorer(RealmQueryEmbedderMixin, RealmPreTrainedModel):
             (query_batch, None, None),
             "(batch_size, num_candidates, seq_len): each query's candidate blocks, the batch size of `input_ids`",
         )
-        encoder_kwargs = _encoder_kwargs(output_attentions, output_hidden_states)
+        encoder_kwargs = encoder_output_kwargs(output_attentions, output_hidden_states)
         query_score = self.query_embedder(
             input_ids,
             attention_mask=attention_mask,

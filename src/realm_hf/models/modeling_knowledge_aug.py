@@ -8,7 +8,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
+from .modeling_base import RealmPreTrainedModel, check_input_shape, check_token_ids, encoder_output_kwargs
 
 
 def realm_marginal_mlm_loss(
@@ -143,7 +143,7 @@ class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
             token_type_ids=flat_types,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            **_encoder_kwargs(output_attentions, output_hidden_states),
+            **encoder_output_kwargs(output_attentions, output_hidden_states),
         )
         prediction_scores = self.cls(outputs.last_hidden_state)
         masked_lm_loss = None

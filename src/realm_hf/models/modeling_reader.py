@@ -10,7 +10,7 @@ from transformers.models.bert.modeling_bert import BertModel, BertOnlyMLMHead
 from transformers.utils import ModelOutput
 
 from .configuration_realm import RealmConfig
-from .modeling_base import RealmPreTrainedModel, _encoder_kwargs, check_input_shape, check_token_ids
+from .modeling_base import RealmPreTrainedModel, check_input_shape, check_token_ids, encoder_output_kwargs
 
 
 @dataclass
@@ -124,7 +124,7 @@ class RealmReaderProjection(nn.Module):
         return reader_logits, starts, ends
 
 
-def _marginal_log_loss(logits: torch.Tensor, is_correct: torch.Tensor) -> torch.Tensor:
+def marginal_log_loss(logits: torch.Tensor, is_correct: torch.Tensor) -> torch.Tensor:
     """Negative log of the probability mass on the correct entries (last dimension)."""
     log_numerator = torch.logsumexp(logits + _mask_to_score(is_correct, logits.dtype), dim=-1)
     log_denominator = torch.logsumexp(logits, dim=-1)
@@ -311,7 +311,7 @@ class RealmReader(RealmPreTrainedModel):
 
         flat_ids, flat_mask, flat_types = self._flatten_inputs(input_ids, attention_mask, token_type_ids)
         flat_block_mask = block_mask[:, :reader_beam_size].reshape(-1, seq_len)
-        encoder_kwargs = _encoder_kwargs(output_attentions, output_hidden_states)
+        encoder_kwargs = encoder_output_kwargs(output_attentions, output_hidden_states)
         if inputs_embeds is not None or position_ids is not None:
             if inputs_embeds is not None:
                 inputs_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:])
@@ -357,9 +357,9 @@ class RealmReader(RealmPreTrainedModel):
             is_gold_end = candidate_ends.view(1, 1, 1, -1) == end_positions[:, :reader_beam_size].unsqueeze(-1)
             reader_correct = (is_gold_start & is_gold_end).any(2)
 
-            retriever_loss = _marginal_log_loss(relevance_score, retriever_correct)
+            retriever_loss = marginal_log_loss(relevance_score, retriever_correct)
             retriever_loss = retriever_loss * retriever_correct.any(-1).type(retriever_loss.dtype)
-            reader_loss = _marginal_log_loss(
+            reader_loss = marginal_log_loss(
                 reader_logits.reshape(batch_size, -1), reader_correct.reshape(batch_size, -1)
             )
             reader_loss = reader_loss * reader_correct.reshape(batch_size, -1).any(-1).type(reader_loss.dtype)

@@ -24,6 +24,7 @@ from ..io.consistent_reads import consistent_read
 from ..io.paths import check_inside
 from ..io.staged_saves import recover_interrupted_save
 from ..logging_utils import get_logger
+from ..text.tokenizer_calls import check_vocabulary
 
 if TYPE_CHECKING:
     from .configuration_realm import RealmConfig
@@ -108,7 +109,6 @@ def _legacy_retriever(path: str, block_emb, allow_pickle: bool) -> CheckpointRet
         from transformers import AutoTokenizer
 
         from ..retrieval.retriever import RealmRetriever
-        from ..text.tokenizer_calls import check_vocabulary
 
         tokenizer = AutoTokenizer.from_pretrained(path)
         check_vocabulary(tokenizer, path)

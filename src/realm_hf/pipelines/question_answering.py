@@ -18,6 +18,7 @@ import torch
 from transformers import Pipeline
 
 from ..logging_utils import get_logger
+from ..models.modeling_base import RealmPreTrainedModel
 from ..models.modeling_openqa import RealmForOpenQA
 from ..models.openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
 from ..models.provenance import block_provenance
@@ -410,7 +411,6 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if os.path.isfile(save_directory):
             raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
         os.makedirs(save_directory, exist_ok=True)
-        from ..models.modeling_base import RealmPreTrainedModel
 
         if isinstance(self.model, RealmPreTrainedModel) and self.tokenizer is not None:
             # One all-or-nothing save for weights, corpus, index and tokenizer (see RealmForOpenQA.save_pretrained).

@@ -14,7 +14,7 @@ import torch
 
 from ..text.user_text import check_positive_int
 from .chunking import split_documents
-from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, _make_corpus, as_id_array, token_ids_array
+from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array, make_corpus, token_ids_array
 from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts
 from .index import BlockIndex, new_index
 from .store import BlockStore
@@ -113,7 +113,7 @@ def build_store(
     if store_token_ids and tokenizer is not None and TOKEN_IDS_COLUMN not in columns:
         columns = with_token_ids(columns, tokenizer)
     block_index = BlockIndex.from_matrix(index, embeddings, np.asarray(columns["block_id"], np.int64), train_size)
-    corpus = BlockCorpus(_make_corpus(columns, embeddings))
+    corpus = BlockCorpus(make_corpus(columns, embeddings))
     return BlockStore(corpus, block_index, embedder_fingerprint=embedder_fingerprint)
 
 

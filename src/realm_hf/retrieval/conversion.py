@@ -20,7 +20,7 @@ import torch
 from datasets.arrow_writer import ArrowWriter
 from datasets.utils.py_utils import asdict
 
-from ..constants import CORPUS_DIR, INDEX_NAME, LEGACY_BLOCK_RECORDS, TOKENIZER_DIR
+from ..constants import CORPUS_DIR, INDEX_NAME, LEGACY_BLOCK_RECORDS, RETRIEVER_ENTRIES, TOKENIZER_DIR
 from ..io.staged_saves import staged_save
 from ..progress import progress_bar
 from .encoding import fingerprint_module
@@ -35,7 +35,7 @@ from .legacy import (
     records_count,
 )
 from .retriever import RealmRetriever
-from .serialization import _RETRIEVER_ENTRIES, _parse_size, _try_load_tokenizer, manifest_fields, write_manifest
+from .serialization import manifest_fields, parse_size, try_load_tokenizer, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def write_legacy_retriever(
     if num_blocks == 0:
         raise ValueError("The corpus is empty: a retriever needs at least one block.")
     if tokenizer is None:
-        tokenizer = _try_load_tokenizer(legacy_dir)
+        tokenizer = try_load_tokenizer(legacy_dir)
     with staged_save(output_dir) as save:
         _write_corpus(
             os.path.join(save.staging, CORPUS_DIR),
@@ -132,7 +132,7 @@ def write_legacy_retriever(
             num_blocks,
             dim,
             corpus_format,
-            _parse_size(max_shard_size),
+            parse_size(max_shard_size),
             chunk_rows,
         )
         index_path = os.path.join(save.staging, INDEX_NAME)
@@ -151,8 +151,8 @@ def write_legacy_retriever(
         )
         write_manifest(save.staging, manifest, corpus_format, index_labels, tokenizer)
         written = set(os.listdir(save.staging))
-        save.replace = [name for name in _RETRIEVER_ENTRIES if name in written]
-        save.remove = [name for name in _RETRIEVER_ENTRIES if name not in written]
+        save.replace = [name for name in RETRIEVER_ENTRIES if name in written]
+        save.remove = [name for name in RETRIEVER_ENTRIES if name not in written]
 
 
 # -- The corpus -------------------------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def caching_outside(dataset: datasets.Dataset, directory: str) -> datasets.Datas
     )
 
 
-def _make_corpus(
+def make_corpus(
     columns: Mapping[str, Any],
     embeddings: np.ndarray,
     features: datasets.Features | None = None,
@@ -237,7 +237,14 @@ def _conform_table(table: pa.Table, features: datasets.Features) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _check_corpus_columns(corpus: datasets.Dataset) -> None:
+def check_corpus_columns(corpus: datasets.Dataset) -> None:
+    """
+    Refuse a `datasets.Dataset` that cannot be a retriever corpus: a missing `block_id`, `title`, `text` or
+    `embeddings` column, texts or titles that are not strings, or `doc_id`s that are neither integers nor strings.
+
+    Raises:
+        `ValueError`: What is wrong and how to rebuild the corpus.
+    """
     missing = [c for c in ("block_id", "title", "text", "embeddings") if c not in corpus.column_names]
     if missing:
         raise ValueError(
@@ -320,7 +327,8 @@ def as_id_array(block_ids) -> np.ndarray:
     return np.asarray(block_ids, dtype=np.int64)
 
 
-def _unflatten(flat: list, ids: np.ndarray) -> list:
+def unflatten(flat: list, ids: np.ndarray) -> list:
+    """`flat`, one item per id of `ids` in row-major order, shaped as `ids`: a list, or a list of rows for 2-d ids."""
     if ids.ndim == 1:
         return flat
     k = ids.shape[1]
@@ -339,7 +347,7 @@ class BlockCorpus:
     """
 
     def __init__(self, dataset: datasets.Dataset):
-        _check_corpus_columns(dataset)
+        check_corpus_columns(dataset)
         self.dataset = dataset
         ids = dataset.with_format("numpy", columns=["block_id"])[:]["block_id"].astype(np.int64)
         if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
@@ -429,7 +437,7 @@ class BlockCorpus:
                 j += 1
             else:
                 flat.append(dict(empty))
-        return _unflatten(flat, ids)
+        return unflatten(flat, ids)
 
     def texts(self, block_ids) -> list:
         """Texts of `block_ids` (`list[list[str]]` for 2-D ids, `list[str]` for 1-D); id -1 gives `""`."""
@@ -438,7 +446,7 @@ class BlockCorpus:
         valid = rows >= 0
         texts = self._gather("text", rows[valid]).to_pylist() if valid.any() else []
         it = iter(texts)
-        return _unflatten([next(it) if v else "" for v in valid], ids)
+        return unflatten([next(it) if v else "" for v in valid], ids)
 
     def token_ids(self, block_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """
@@ -542,7 +550,7 @@ class BlockCorpus:
         """This table with new blocks (`columns` with `block_id`, and their embeddings) appended, in its schema."""
         if "doc_id" in columns and "doc_id" in self.dataset.column_names:
             self.check_doc_ids(columns["doc_id"])  # never cast: "3" stored as 3 would be a second document 3
-        new = _make_corpus(columns, embeddings, features=self.dataset.features, in_memory=self.in_memory)
+        new = make_corpus(columns, embeddings, features=self.dataset.features, in_memory=self.in_memory)
         return datasets.concatenate_datasets([self.dataset, new])
 
     def doc_mask(self, doc_ids) -> np.ndarray:

@@ -238,7 +238,8 @@ def _describe_output(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _embedder_dim(embedder) -> int | None:
+def embedder_dim(embedder) -> int | None:
+    """The size of the vectors a REALM embedder makes (`config.retriever_proj_size`), or `None` when it has none."""
     config = getattr(embedder, "config", None)
     dim = getattr(config, "retriever_proj_size", None)
     return int(dim) if dim is not None else None

@@ -19,17 +19,17 @@ from .building import BuildOptions
 from .collectives import gather_rows, row_bounds
 from .contract import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
 from .corpus import BlockCorpus
-from .encoding import _embedder_dim, check_embedder_module, fingerprint_module
+from .encoding import check_embedder_module, embedder_dim, fingerprint_module
 from .index import BlockIndex, normalize_search_params
 from .legacy import check_constructor_arguments, legacy_reader_call, read_legacy_blocks
 from .serialization import (
-    _resolve_pretrained_path,
-    _try_load_tokenizer,
     build_manifest,
     check_corpus_format,
     load_retriever_parts,
+    resolve_pretrained_path,
     saved_store,
     stage_retriever_entries,
+    try_load_tokenizer,
     write_store,
 )
 from .store import BlockStore
@@ -301,7 +301,7 @@ class RealmRetriever:
         legacy_dir = os.fspath(legacy_dir)
         columns, block_emb = read_legacy_blocks(legacy_dir, block_emb=block_emb, allow_pickle=allow_pickle)
         if tokenizer is None:
-            tokenizer = _try_load_tokenizer(legacy_dir)
+            tokenizer = try_load_tokenizer(legacy_dir)
         store = building.store_from_legacy_blocks(columns, block_emb, tokenizer, index, embedder, train_size)
         # max_block_length is unknown for legacy blocks: re-embedding truncates at the tokenizer's limit, as they were.
         retriever = cls.from_store(store, tokenizer)
@@ -660,7 +660,7 @@ class RealmRetriever:
 
     def check_embedder(self, embedder: torch.nn.Module) -> None:
         """Refuse an embedder of another dimension; warn if its weights differ from the corpus's embedder."""
-        dim = _embedder_dim(embedder)
+        dim = embedder_dim(embedder)
         if dim is not None and dim != self.embedding_dim:
             raise ValueError(
                 f"The embedder projects to {dim} dimensions (config.retriever_proj_size) but this corpus was built "
@@ -792,11 +792,11 @@ class RealmRetriever:
                 files in the page cache). `False` checks only the file sizes: for trusted local files, when loading
                 time matters. Manifests of older saves record no checksums and are not verified.
         """
-        path = _resolve_pretrained_path(
+        path = resolve_pretrained_path(
             os.fspath(pretrained_path_or_repo_id), revision, subfolder, repo_type, cache_dir, token
         )
         if expected_dim is None and embedder is not None:
-            expected_dim = _embedder_dim(embedder)
+            expected_dim = embedder_dim(embedder)
         manifest, store, tokenizer = load_retriever_parts(
             path, expected_dim, expected_num_blocks, mmap, verify_checksums
         )

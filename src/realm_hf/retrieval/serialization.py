@@ -24,6 +24,7 @@ from ..constants import (
     INDEX_NAME,
     LEGACY_BLOCK_RECORDS,
     MANIFEST_NAME,
+    RETRIEVER_ENTRIES,
     SHARDED_MANIFEST_NAME,
     SPARSE_INDEX_DIR,
     TOKENIZER_DIR,
@@ -31,26 +32,25 @@ from ..constants import (
 from ..io.auto_map import tokenizer_auto_map
 from ..io.checksums import file_sha256
 from ..io.consistent_reads import consistent_read, recover_moved_aside, save_in_progress
-from ..io.paths import check_inside, check_relative_name
+from ..io.paths import check_inside, check_relative_name, resolve_inside
 from ..logging_utils import get_logger
+from ..version import __version__
 from .bm25 import BM25BlockIndex
-from .corpus import BlockCorpus, _check_corpus_columns, caching_outside
+from .corpus import BlockCorpus, caching_outside, check_corpus_columns
 from .index import BlockIndex
-from .store import _REBUILD_HINT, BlockStore
+from .store import REBUILD_HINT, BlockStore
 
 logger = get_logger(__name__)
 
 
-def _realm_hf_version() -> str:
-    try:
-        from .. import __version__
+def parse_size(size: str | int) -> int:
+    """
+    A size in bytes from an `int` or a string such as `"500MB"`, `"1.5GB"` or `"64MiB"` (decimal and binary units, as
+    `max_shard_size` takes them in transformers and datasets).
 
-        return __version__
-    except ImportError:  # pragma: no cover - partially initialised package
-        return "unknown"
-
-
-def _parse_size(size: str | int) -> int:
+    Raises:
+        `ValueError`: The string is not a number with an optional unit.
+    """
     if isinstance(size, int):
         return size
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*", str(size), flags=re.IGNORECASE)
@@ -65,13 +65,21 @@ def _save_parquet_shards(corpus: datasets.Dataset, corpus_dir: str, max_shard_si
     os.makedirs(corpus_dir)
     fraction = len(corpus) / max(1, corpus.data.num_rows)
     nbytes = int(corpus.data.nbytes * fraction)
-    num_shards = max(1, math.ceil(nbytes / _parse_size(max_shard_size)))
+    num_shards = max(1, math.ceil(nbytes / parse_size(max_shard_size)))
     for i in range(num_shards):
         shard = corpus.shard(num_shards, i, contiguous=True)
         shard.to_parquet(os.path.join(corpus_dir, f"data-{i:05d}-of-{num_shards:05d}.parquet"))
 
 
-def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_type, cache_dir, token) -> str:
+def resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_type, cache_dir, token) -> str:
+    """
+    The local folder of a retriever given as a directory or a Hub repo id (with its `subfolder`): a directory as it is
+    (after completing a directory swap killed half-way), a repo id downloaded through `huggingface_hub`'s cache (the
+    `repo_type` given, else a model repo, then a dataset repo).
+
+    Raises:
+        `OSError`: The directory or subfolder does not exist, the path is a file, or the repo cannot be downloaded.
+    """
     recover_moved_aside(path_or_repo_id)  # a directory swap (e.g. `realm-hf index --overwrite`) killed half-way
     if os.path.isdir(path_or_repo_id):
         path = os.path.join(path_or_repo_id, subfolder) if subfolder else path_or_repo_id
@@ -111,13 +119,9 @@ def _resolve_pretrained_path(path_or_repo_id: str, revision, subfolder, repo_typ
     )
 
 
-# What a retriever directory holds, in the order a save swaps it in (the manifest last).
-_RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, SPARSE_INDEX_DIR, MANIFEST_NAME)
-
-
 def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Dataset:
     if not os.path.isdir(corpus_dir):
-        raise OSError(f"Corpus folder {corpus_dir} not found. {_REBUILD_HINT}")
+        raise OSError(f"Corpus folder {corpus_dir} not found. {REBUILD_HINT}")
     parquet = sorted(f for f in os.listdir(corpus_dir) if f.endswith(".parquet"))
     state_path = os.path.join(corpus_dir, "state.json")
     if os.path.isfile(state_path):
@@ -134,17 +138,22 @@ def _load_corpus(corpus_dir: str, manifest: dict, mmap: bool) -> datasets.Datase
             )
         else:
             raise OSError(
-                f"{corpus_dir} holds neither a saved Dataset (state.json) nor Parquet shards. {_REBUILD_HINT}"
+                f"{corpus_dir} holds neither a saved Dataset (state.json) nor Parquet shards. {REBUILD_HINT}"
             )
     except (FileNotFoundError, ValueError, pa.ArrowInvalid) as err:
-        raise OSError(f"Could not read the corpus in {corpus_dir}: {err}. {_REBUILD_HINT}") from None
+        raise OSError(f"Could not read the corpus in {corpus_dir}: {err}. {REBUILD_HINT}") from None
     if isinstance(corpus, datasets.DatasetDict):
         raise OSError(f"{corpus_dir} holds a DatasetDict; a retriever corpus is a single Dataset.")
-    _check_corpus_columns(corpus)
+    check_corpus_columns(corpus)
     return corpus
 
 
-def _try_load_tokenizer(path: str):
+def try_load_tokenizer(path: str):
+    """
+    The tokenizer saved in `path` (`AutoTokenizer`, else a plain BERT tokenizer), or `None` with a warning when none
+    loads or the one that loads has no vocabulary ([`~realm_hf.text.tokenizer_calls.check_vocabulary`]): for sources
+    whose tokenizer is optional (a legacy checkpoint, a retriever built without one).
+    """
     from transformers import AutoTokenizer, BertTokenizer
 
     from ..text.tokenizer_calls import check_vocabulary  # with transformers, imported when a tokenizer is loaded
@@ -176,7 +185,7 @@ def _load_tokenizer(path: str, manifest: dict):
     tokenizer_dir = manifest.get("tokenizer_dir", TOKENIZER_DIR)
     if tokenizer_dir is None:
         return None
-    directory = _inside(path, tokenizer_dir, "the field 'tokenizer_dir'", manifest_path)
+    directory = resolve_inside(path, tokenizer_dir, "the field 'tokenizer_dir'", manifest_path)
     if not os.path.isdir(directory):
         if "tokenizer_dir" not in manifest:
             return None  # an early manifest that did not say: no tokenizer was saved
@@ -244,7 +253,7 @@ def manifest_fields(
     return {
         "format_version": FORMAT_VERSION,
         "library": "realm-hf",
-        "realm_hf_version": _realm_hf_version(),
+        "realm_hf_version": __version__,
         "faiss_version": getattr(faiss, "__version__", "unknown"),
         "index_type": index_type,
         "metric": "inner_product",
@@ -356,8 +365,8 @@ def saved_store(store: BlockStore, directory: str) -> BlockStore:
 def stage_retriever_entries(save, staging: str) -> None:
     """Which entries of a retriever directory a staged `save` replaces (what it wrote) and removes (the rest)."""
     written = set(os.listdir(staging))
-    save.replace = [name for name in _RETRIEVER_ENTRIES if name in written]
-    save.remove = [name for name in _RETRIEVER_ENTRIES if name not in written]
+    save.replace = [name for name in RETRIEVER_ENTRIES if name in written]
+    save.remove = [name for name in RETRIEVER_ENTRIES if name not in written]
 
 
 def load_retriever_parts(
@@ -371,7 +380,8 @@ def load_retriever_parts(
     Read and check a saved retriever directory: the manifest against the model's expectations, every file against
     the sizes and sha256 checksums the manifest recorded (checksums with `verify_checksums`), the index and the corpus
     against the manifest and each other. Returns `(manifest, store, tokenizer)`. Read as one save (a save into it, or
-    into the model directory holding it, is completed or waited for: see [`realm_hf.io.consistent_reads.consistent_read`]).
+    into the model directory holding it, is completed or waited for: see
+    [`realm_hf.io.consistent_reads.consistent_read`]).
     """
     with consistent_read(path):
         return _load_retriever_parts(path, expected_dim, expected_num_blocks, mmap, verify_checksums)
@@ -396,18 +406,18 @@ def _load_retriever_parts(
         )
     _verify_retriever_files(path, manifest, verify_checksums)
     manifest_path = os.path.join(path, MANIFEST_NAME)
-    index_path = _inside(path, manifest.get("index_file", INDEX_NAME), "the field 'index_file'", manifest_path)
+    index_path = resolve_inside(path, manifest.get("index_file", INDEX_NAME), "the field 'index_file'", manifest_path)
     expected_size = manifest.get("index_file_size")
     if expected_size is not None and os.path.isfile(index_path) and os.path.getsize(index_path) != expected_size:
         raise ValueError(
             f"{index_path} has {os.path.getsize(index_path)} bytes but the manifest recorded {expected_size}: the "
-            f"file is truncated or from another corpus. {_REBUILD_HINT}"
+            f"file is truncated or from another corpus. {REBUILD_HINT}"
         )
-    corpus_dir = _inside(path, manifest.get("corpus_dir", CORPUS_DIR), "the field 'corpus_dir'", manifest_path)
+    corpus_dir = resolve_inside(path, manifest.get("corpus_dir", CORPUS_DIR), "the field 'corpus_dir'", manifest_path)
     dataset = _load_corpus(corpus_dir, manifest, mmap)
     if len(dataset) != num_blocks:
         raise ValueError(
-            f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {_REBUILD_HINT}"
+            f"The corpus in {path} has {len(dataset)} blocks but the manifest says {num_blocks}. {REBUILD_HINT}"
         )
     corpus = BlockCorpus(dataset)
     index = BlockIndex.load(
@@ -417,7 +427,7 @@ def _load_retriever_parts(
         corpus.row_ids,
         dim,
         mmap=mmap and _can_map_index(manifest),
-        how_to_fix=_REBUILD_HINT,
+        how_to_fix=REBUILD_HINT,
     )
     store = BlockStore(
         corpus,
@@ -469,7 +479,7 @@ def _read_manifest(path: str) -> dict:
             " It looks like a legacy REALM checkpoint: convert it with `convert_legacy_checkpoint(dir, output_dir, "
             "allow_pickle=True)` (or `realm-hf convert`)."
             if legacy
-            else f" {_REBUILD_HINT}"
+            else f" {REBUILD_HINT}"
         )
         if os.path.isfile(os.path.join(path, SHARDED_MANIFEST_NAME)):
             hint = (
@@ -484,17 +494,17 @@ def _read_manifest(path: str) -> dict:
             manifest = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(
-            f"{manifest_path} is not valid JSON ({err}): the save was corrupted. {_REBUILD_HINT}"
+            f"{manifest_path} is not valid JSON ({err}): the save was corrupted. {REBUILD_HINT}"
         ) from None
     if not isinstance(manifest, dict):
-        raise ValueError(f"{manifest_path} is not a retriever manifest (a JSON object expected). {_REBUILD_HINT}")
+        raise ValueError(f"{manifest_path} is not a retriever manifest (a JSON object expected). {REBUILD_HINT}")
     missing = [k for k in ("format_version", "embedding_dim", "num_blocks", "index_type") if k not in manifest]
     if missing:
-        raise ValueError(f"{manifest_path} lacks {missing}: not a realm-hf retriever manifest. {_REBUILD_HINT}")
+        raise ValueError(f"{manifest_path} lacks {missing}: not a realm-hf retriever manifest. {REBUILD_HINT}")
     for key in ("format_version", "embedding_dim", "num_blocks"):
         value = manifest[key]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{manifest_path}: `{key}` must be an integer, got {value!r}. {_REBUILD_HINT}")
+            raise ValueError(f"{manifest_path}: `{key}` must be an integer, got {value!r}. {REBUILD_HINT}")
     if int(manifest["format_version"]) > FORMAT_VERSION:
         raise ValueError(
             f"{manifest_path} has format version {manifest['format_version']}, newer than this realm-hf supports "
@@ -507,7 +517,7 @@ def _read_manifest(path: str) -> dict:
     for field in _PATH_FIELDS:
         value = manifest.get(field)
         if value is not None or (field != "tokenizer_dir" and field in manifest):
-            _inside(path, value, f"the field {field!r}", manifest_path)
+            resolve_inside(path, value, f"the field {field!r}", manifest_path)
     return manifest
 
 
@@ -524,14 +534,6 @@ def _refuse_during_save(directory: str, path: str, what: str) -> None:
         )
 
 
-def _inside(directory: str, relative, what: str, source: str, recursive: bool = True) -> str:
-    """`directory/relative`, refused when `relative` or a symbolic link on the way leads out of `directory`."""
-    full = os.path.join(directory, *check_relative_name(relative, what, source))
-    if os.path.lexists(full):
-        check_inside(directory, full, what, source, recursive=recursive)
-    return full
-
-
 def _record_files(directory: str) -> dict:
     """`{relative path: {"size", "sha256"}}` of every file under `directory` but the manifest."""
     files = {}
@@ -544,17 +546,17 @@ def _record_files(directory: str) -> dict:
     return dict(sorted(files.items()))
 
 
-def _check_files(directory: str, files, verify_checksums: bool, source: str, what: str) -> None:
+def check_recorded_files(directory: str, files, verify_checksums: bool, source: str, what: str) -> None:
     """
     Check the files a manifest lists (`{relative path: {"size", "sha256"}}`) against `directory`: each must exist
     inside it with its size (always, it is free) and its sha256 (with `verify_checksums`).
     """
     if not isinstance(files, dict):
-        raise ValueError(f"{source}: {what} must map file names to sizes and checksums. {_REBUILD_HINT}")
+        raise ValueError(f"{source}: {what} must map file names to sizes and checksums. {REBUILD_HINT}")
     for relative, expected in files.items():
-        full = _inside(directory, relative, f"the file {relative!r} in {what}", source, recursive=False)
+        full = resolve_inside(directory, relative, f"the file {relative!r} in {what}", source, recursive=False)
         if not isinstance(expected, dict) or not isinstance(expected.get("size"), int):
-            raise ValueError(f"{source}: the entry of {relative!r} in {what} is malformed. {_REBUILD_HINT}")
+            raise ValueError(f"{source}: the entry of {relative!r} in {what} is malformed. {REBUILD_HINT}")
         if not os.path.isfile(full):
             _refuse_during_save(directory, full, "is missing")
             raise OSError(
@@ -582,7 +584,7 @@ def _verify_retriever_files(path: str, manifest: dict, verify_checksums: bool) -
     if files is None:
         logger.debug("%s records no file checksums (saved by an older realm-hf): files not verified.", manifest_path)
         return
-    _check_files(path, files, verify_checksums, manifest_path, "'files'")
+    check_recorded_files(path, files, verify_checksums, manifest_path, "'files'")
     # A data file dropped into the corpus folder would be read with the others: only the saved ones belong there.
     corpus_dir = os.path.join(
         path, *check_relative_name(manifest.get("corpus_dir", CORPUS_DIR), "corpus_dir", manifest_path)
@@ -610,7 +612,7 @@ def _check_state_file(corpus_dir: str, state_path: str) -> None:
     except (ValueError, AttributeError, KeyError, TypeError) as err:
         raise ValueError(f"{state_path} is not a valid datasets state file ({err}).") from None
     for name in names:
-        _inside(corpus_dir, name, "a data file", state_path, recursive=False)
+        resolve_inside(corpus_dir, name, "a data file", state_path, recursive=False)
 
 
 def _tokenizer_error(directory: str, reason: str) -> OSError:
@@ -636,7 +638,7 @@ def _check_tokenizer_config(directory: str) -> None:
     # run: neither may come with a corpus. realm-hf's own `auto_map` (written by every RealmTokenizer save) names
     # classes that `import realm_hf` has registered, so transformers uses those and runs nothing from the folder.
     for name in config.get("fast_tokenizer_files") or []:
-        _inside(directory, name, "a 'fast_tokenizer_files' entry", config_path, recursive=False)
+        resolve_inside(directory, name, "a 'fast_tokenizer_files' entry", config_path, recursive=False)
     if config.get("auto_map") and config["auto_map"] != tokenizer_auto_map():
         raise _tokenizer_error(directory, "tokenizer_config.json asks for custom code (auto_map), which is not run")
 
@@ -714,7 +716,7 @@ def check_model_files(retriever_dir: str, model_dir: str, verify_checksums: bool
         return
     source = os.path.join(retriever_dir, MANIFEST_NAME)
     try:
-        _check_files(model_dir, files, verify_checksums, source, "'model_files'")
+        check_recorded_files(model_dir, files, verify_checksums, source, "'model_files'")
     except (OSError, ValueError) as err:
         raise ValueError(
             f"The weights in {model_dir} and the retriever in {retriever_dir} come from different saves: {err} "

@@ -17,8 +17,9 @@ import datasets
 import numpy as np
 import torch
 
-from ..constants import FORMAT_VERSION, MANIFEST_NAME, SHARD_FOLDER_FORMAT, SHARDED_MANIFEST_NAME
+from ..constants import FORMAT_VERSION, MANIFEST_NAME, RETRIEVER_ENTRIES, SHARD_FOLDER_FORMAT, SHARDED_MANIFEST_NAME
 from ..io.checksums import file_sha256
+from ..io.paths import resolve_inside
 from ..io.staged_saves import recover_interrupted_save, staged_save
 from . import building
 from .building import BuildOptions
@@ -28,7 +29,7 @@ from .corpus import BlockCorpus
 from .encoding import embed_blocks, fingerprint_module
 from .index import BlockIndex
 from .retriever import RealmRetriever
-from .serialization import _RETRIEVER_ENTRIES, _check_files, _inside
+from .serialization import check_recorded_files
 from .store import BlockStore
 
 SHARDED_FORMAT = "realm-hf-sharded-retriever"
@@ -228,7 +229,7 @@ def install_manifest(retriever, staging: str, target: str) -> tuple[list[str], l
     # Shard folders of an earlier save with more shards, and a single retriever saved here before: the directory
     # then holds exactly this save.
     old = [name for name in os.listdir(target) if _SHARD_FOLDER.fullmatch(name) and name not in folders]
-    old += [name for name in _RETRIEVER_ENTRIES if os.path.lexists(os.path.join(target, name))]
+    old += [name for name in RETRIEVER_ENTRIES if os.path.lexists(os.path.join(target, name))]
     return [*folders, SHARDED_MANIFEST_NAME], old
 
 
@@ -261,7 +262,7 @@ def read_sharded_manifest(path: str) -> dict:
     if sum(int(shard["num_blocks"]) for shard in shards) != manifest.get("num_blocks"):
         raise ValueError(f"{manifest_path}: the shards' block counts do not add up to `num_blocks`; save it again.")
     for shard in shards:
-        _inside(path, shard.get("directory"), "a shard's 'directory'", manifest_path)
+        resolve_inside(path, shard.get("directory"), "a shard's 'directory'", manifest_path)
     return manifest
 
 
@@ -306,7 +307,7 @@ def load_shards(
                 raise ValueError(f"{manifest_path} records no manifest for {shard['directory']}: save it again.")
             # Every file of the shard checked against the sharded manifest (sha256 with `verify_checksums`), so the
             # shard's own manifest, and through it the shard, is the one this save wrote.
-            _check_files(path, files, verify_checksums, manifest_path, "'files'")
+            check_recorded_files(path, files, verify_checksums, manifest_path, "'files'")
             loaded = RealmRetriever.from_pretrained(
                 os.path.join(path, shard["directory"]), embedder=embedder, mmap=mmap, verify_checksums=False
             )

@@ -22,7 +22,7 @@ from . import contract
 from .building import BuildOptions
 from .collectives import ShardedCollectiveError, ShardGroup, describe
 from .contract import RealmSearchOutput
-from .corpus import _unflatten, as_id_array
+from .corpus import as_id_array, unflatten
 from .encoding import fingerprint_module
 from .index import normalize_search_params
 from .retriever import RealmRetriever
@@ -228,12 +228,12 @@ class ShardedRealmRetriever:
     def get_blocks(self, block_ids) -> list:
         """Blocks (dicts) this process holds; see [`RealmRetriever.get_blocks`]."""
         ids, values = local_lookup(self, block_ids, "blocks")
-        return _unflatten([dict(block) for block in values], ids)
+        return unflatten([dict(block) for block in values], ids)
 
     def get_block_texts(self, block_ids) -> list:
         """Texts of blocks this process holds; see [`RealmRetriever.get_block_texts`]."""
         ids, values = local_lookup(self, block_ids, "texts")
-        return _unflatten(list(values), ids)
+        return unflatten(list(values), ids)
 
     def get_block_token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
         """Reader token ids of blocks this process holds; see [`RealmRetriever.get_block_token_ids`]."""
@@ -579,7 +579,7 @@ def assemble(retriever, store, ids, scores, received, wanted: dict) -> RealmSear
     return RealmSearchOutput(
         block_ids=torch.from_numpy(ids),
         scores=torch.from_numpy(scores),
-        blocks=_unflatten(blocks, ids) if blocks is not None else None,
+        blocks=unflatten(blocks, ids) if blocks is not None else None,
         block_embeddings=embeddings,
         block_token_ids=tokens,
         block_token_lengths=lengths,

@@ -21,7 +21,7 @@ from .index import BlockIndex
 logger = get_logger(__name__)
 
 # How to fix a saved retriever whose parts disagree: said by every error of the store and of its loading.
-_REBUILD_HINT = (
+REBUILD_HINT = (
     "Rebuild the retriever with `RealmRetriever.from_documents(...)` (or `realm-hf index`) and save it again with "
     "`save_pretrained`, or convert a legacy checkpoint with `convert_legacy_checkpoint`."
 )
@@ -64,12 +64,12 @@ class BlockStore:
         if self.index.ntotal != len(self.corpus):
             raise ValueError(
                 f"The index holds {self.index.ntotal} vectors but the corpus has {len(self.corpus)} blocks. "
-                f"{_REBUILD_HINT}"
+                f"{REBUILD_HINT}"
             )
         if self.corpus.dim is not None and self.corpus.dim != self.index.dim:
             raise ValueError(
                 f"The corpus embeddings have dimension {self.corpus.dim} but the index has {self.index.dim}. "
-                f"{_REBUILD_HINT}"
+                f"{REBUILD_HINT}"
             )
         if self.sparse is not None and not np.array_equal(self.sparse.block_ids, self.corpus.row_ids):
             raise ValueError("The BM25 index covers other blocks than the corpus: build it from this corpus.")

@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write
 from ..logging_utils import get_logger
+from ..text.tokenizer_calls import tokenizer_call
 
 logger = get_logger(__name__)
 
@@ -333,7 +334,6 @@ class RealmReindexCallback(TrainerCallback):
         """
         if self.staleness_questions is None or self._model is None or self.retriever.collective:
             return {}
-        from ..text.tokenizer_calls import tokenizer_call
 
         model = unwrap_realm_model(self._model)
         embedder = getattr(model, "query_embedder", None) or model.embedder

@@ -34,6 +34,9 @@ from ..io.atomic import normalize_permissions
 from ..io.consistent_reads import consistent_read
 from ..io.staged_saves import staged_save
 from ..logging_utils import get_logger
+from ..models.modeling_embedder import RealmEmbedder
+from ..models.modeling_knowledge_aug import RealmKnowledgeAugEncoder
+from ..models.modeling_reader import RealmReader
 
 logger = get_logger(__name__)
 
@@ -48,9 +51,6 @@ DEFAULT_TARGET_MODULES = ("query", "value")
 
 def _self_components(model: torch.nn.Module) -> tuple[str, ...]:
     """The component names a single-component model answers to itself (its LoRA pattern then has no prefix)."""
-    from ..models.modeling_embedder import RealmEmbedder
-    from ..models.modeling_knowledge_aug import RealmKnowledgeAugEncoder
-    from ..models.modeling_reader import RealmReader
 
     if isinstance(model, RealmReader):
         return ("reader",)

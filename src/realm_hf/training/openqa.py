@@ -11,6 +11,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from ..logging_utils import get_logger
+from ..metrics import answer_recall_at_k, compute_qa_metrics
 from ..progress import progress_bar
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import (
@@ -20,6 +21,7 @@ from ..text.user_text import (
     question_text_problems,
     truncate_questions,
 )
+from .callbacks import place_reindex_callbacks_first, unwrap_realm_model
 from .saving import RealmModelCardMixin
 
 logger = get_logger(__name__)
@@ -158,7 +160,6 @@ def evaluate_openqa(
     Returns:
         `dict` with `exact_match`, `f1` (0-100) and `recall@k` (0-1) for each k (and `predictions` if asked).
     """
-    from ..metrics import answer_recall_at_k, compute_qa_metrics
 
     retriever = model.require_retriever()
     tokenizer = tokenizer if tokenizer is not None else retriever.tokenizer
@@ -263,7 +264,6 @@ def mark_reader_trained(model) -> bool:
     reader has been trained, when any reader parameter is trainable (`requires_grad`); returns whether it did. Call
     it after an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
     """
-    from .callbacks import unwrap_realm_model
 
     model = unwrap_realm_model(model)
     reader = getattr(model, "reader", None)
@@ -374,8 +374,6 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         # An optimizer step updates the reader: `config.reader_trained` (False after `init_from_bert`) becomes True.
         self.add_callback(MarkReaderTrainedCallback())
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
-        from .callbacks import place_reindex_callbacks_first
-
         place_reindex_callbacks_first(self)
 
     def _set_signature_columns_if_needed(self):

@@ -31,8 +31,9 @@ from transformers import Trainer
 
 from ..logging_utils import get_logger
 from ..metrics import has_answer, normalize_answer
-from ..models.modeling_reader import _marginal_log_loss
+from ..models.modeling_reader import marginal_log_loss
 from ..models.reader_inputs import build_reader_inputs, normalize_answer_ids, tokenize_answers
+from ..progress import progress_bar
 from ..text.answer_spans import find_answers_in_token_ids
 from ..text.salient_spans import salient_spans
 from ..text.sentences import sentence_spans
@@ -197,7 +198,6 @@ def add_retrieved_negatives(
     Returns:
         `list[dict]`: The examples with a `negatives` list of `num_negatives` block texts each.
     """
-    from ..progress import progress_bar
 
     num_negatives = check_positive_int(num_negatives, "num_negatives")
     retriever = model.require_retriever()
@@ -365,7 +365,7 @@ def retrieval_loss(model, input_ids, attention_mask=None, token_type_ids=None, a
         ]
     ).to(scores.device)
     has_answer = correct.any(-1)
-    loss = (_marginal_log_loss(scores, correct) * has_answer.to(scores.dtype)).mean()
+    loss = (marginal_log_loss(scores, correct) * has_answer.to(scores.dtype)).mean()
     return loss, has_answer
 
 
