@@ -2,7 +2,8 @@
 
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from source_imports import ROOT
+
 PACKAGE = os.path.join(ROOT, "src", "realm_hf")
 
 

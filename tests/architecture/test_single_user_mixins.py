@@ -8,7 +8,9 @@ import ast
 import os
 from collections import defaultdict
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "realm_hf")
+import source_imports
+
+SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
 # Base classes with one subclass on purpose, and why.
 SINGLE_USER_BASES: dict[str, str] = {

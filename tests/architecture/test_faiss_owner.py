@@ -1,17 +1,18 @@
 """
-`BlockIndex` (retrieval/index.py) owns the `faiss.Index` (issue 24): it adds, removes, searches, saves and loads, and
-the rest of the package goes through it. Read from the source with `ast` (nothing is imported): a module that imports
-faiss or names `faiss` must be listed in `FAISS_USERS` with the reason.
+`BlockIndex` (retrieval/index.py) owns the `faiss.Index`: it adds, removes, searches, saves and loads, and the rest of
+the package goes through it. Read from the source with `ast` (nothing is imported): a module that imports faiss or
+names `faiss` must be listed in `FAISS_USERS` with the reason.
 
-The legacy conversion (`retrieval/conversion.py`, `realm-hf convert`) used to write its FAISS index itself; it now
-calls `BlockIndex.write_streamed`. Two other modules of retrieval/ still name faiss today; the list is what is true, and
-it only shrinks.
+The legacy conversion (`retrieval/conversion.py`, `realm-hf convert`) writes its FAISS index through
+`BlockIndex.write_streamed`. Two other modules of retrieval/ name faiss; the list is what is true, and it only shrinks.
 """
 
 import ast
 import os
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "realm_hf")
+import source_imports
+
+SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
 FAISS_USERS: dict[str, str] = {
     "retrieval/index.py": "BlockIndex and the FAISS helpers it is built on: the owner",
