@@ -95,9 +95,14 @@ def run(args) -> int:
         from ..precision import parse_dtype  # deferred: it imports torch
 
         try:
-            parse_dtype(args.dtype)
+            dtype = parse_dtype(args.dtype)
         except ValueError:
-            raise CLIError(f"--dtype must be fp32, bf16, auto or fp16 (GPUs only), got {args.dtype!r}.") from None
+            dtype = None  # named below, with the int8 case
+        if dtype is None or dtype == "int8":
+            raise CLIError(
+                f"--dtype must be fp32, bf16, auto or fp16 (GPUs only) for embedding a corpus, got {args.dtype!r} "
+                "(int8 is for answering: `realm-hf ask --dtype int8`)."
+            )
 
     documents = load_documents(
         args.documents, args.text_column, args.title_column, args.id_column, fmt=args.format, split=args.split

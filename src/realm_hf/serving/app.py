@@ -75,6 +75,7 @@ def build_app(
     num_blocks: int | None = None,
     title: str = "REALM question answering",
     concurrency: int = 4,
+    dtype=None,
 ):
     r"""
     The Gradio app that serves a [`RealmForOpenQA`]: launch it (`app.launch()`), mount it, or save it as a Space's
@@ -96,12 +97,16 @@ def build_app(
         title (`str`, *optional*): The page's heading and browser tab title.
         concurrency (`int`, *optional*, defaults to 4): Questions answered at the same time (the model's answering is
             thread-safe; each answer comes from one state of the index, also while documents change).
+        dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of every answer (`"bf16"`,
+            `"auto"`, `"int8"` on a CPU; see `RealmForOpenQA.answer`).
 
     Returns:
         `gradio.Blocks`.
     """
     gr = require_gradio()
-    service = RealmQAService(model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks)
+    service = RealmQAService(
+        model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks, dtype=dtype
+    )
 
     def user_error(err: Exception):
         # The caller's input, not a server fault: the message goes back to the client, no traceback on the console.
