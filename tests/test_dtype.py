@@ -251,6 +251,7 @@ def test_answer_int8_runs_int8_copies_of_the_encoders(tiny):
     assert type(model.reader.realm.encoder.layer[0].attention.self.query) is torch.nn.Linear
     assert model.answering_modules() == (model.embedder, model.reader)  # outside int8 answering
     assert model.answer(QUESTIONS, dtype=torch.qint8) == int8  # the copies are kept between calls
+    assert model.answer(QUESTIONS, dtype="int8", batch_size=1) == int8  # one context, entered once per batch
 
 
 def test_int8_answering_never_changes_the_saved_weights(tmp_path, tiny):

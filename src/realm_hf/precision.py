@@ -206,17 +206,22 @@ def autocast(device: str | torch.device, dtype, purpose: str = "answering"):
 _INT8_ANSWERING = contextvars.ContextVar("realm_hf_int8_answering", default=False)
 
 
-@contextlib.contextmanager
-def int8_answering():
+class int8_answering:  # noqa: N801 (used as a function: `with int8_answering():`, as `torch.autocast`)
     """
     Answer with int8 linear layers for the duration of a `with` block (what `answer(dtype="int8")` enters): a model
-    that reads [`int8_answering_active`] runs int8 copies of its encoders ([`quantize_linear_layers`]).
+    that reads [`int8_answering_active`] runs int8 copies of its encoders ([`quantize_linear_layers`]). Reusable and
+    re-entrant, as `torch.autocast` is: `answer()` enters the same one once per batch.
     """
-    token = _INT8_ANSWERING.set(True)
-    try:
-        yield
-    finally:
-        _INT8_ANSWERING.reset(token)
+
+    def __init__(self):
+        self._tokens = []
+
+    def __enter__(self):
+        self._tokens.append(_INT8_ANSWERING.set(True))
+        return self
+
+    def __exit__(self, *exc):
+        _INT8_ANSWERING.reset(self._tokens.pop())
 
 
 def int8_answering_active() -> bool:
