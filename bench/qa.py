@@ -216,8 +216,8 @@ def embed_blocks(model: RealmForOpenQA, tokenizer, texts: list[str], max_length:
         rows = order[start : start + batch_size]
         inputs = tokenizer(
             [texts[j] for j in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-        )
-        out[rows] = model.embedder(**inputs, return_dict=True).projected_score.float().numpy()
+        ).to(model.device)
+        out[rows] = model.embedder(**inputs, return_dict=True).projected_score.float().cpu().numpy()
     return out
 
 
@@ -622,10 +622,61 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def run_quality(args) -> int:
+    """EM, F1 and speed of a trained model in each of `--dtypes` on `--qa-file`, and its answers against fp32's."""
+    import datasets
+
+    from realm_hf.data.vital_questions import load_vital_questions
+    from realm_hf.metrics import exact_match_score
+    from realm_hf.training.openqa import evaluate_openqa
+
+    header = (
+        f"CPU: {cpu_model()} ({os.cpu_count()} CPUs) | torch threads: {torch.get_num_threads()} | torch {torch.__version__}"
+        f" | model {args.model}"
+    )
+    print(header, flush=True)
+    # The shipped hand-written questions (the test split) unless a file of the same format is given.
+    questions = load_vital_questions("test", args.qa_file)
+    data = datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
+    model = RealmForOpenQA.from_pretrained(args.model).eval()
+    rows, reference, results = [], None, []
+    for dtype in args.dtypes:
+        print(f"answering {len(questions)} questions in {dtype} ...", flush=True)
+        evaluate_openqa(model, data.select(range(min(8, len(data)))), dtype=dtype, show_progress=False)  # warm-up
+        start = time.perf_counter()
+        # As the main job scores its hand-written set (examples/demo_wikipedia.py): batch 32, recall@1/5/20.
+        metrics = evaluate_openqa(
+            model, data, recall_ks=(1, 5, 20), batch_size=32, show_progress=False, return_predictions=True, dtype=dtype
+        )
+        elapsed = time.perf_counter() - start
+        predictions = metrics.pop("predictions")
+        reference = reference if reference is not None else (predictions, metrics, elapsed)
+        same = sum(a == b for a, b in zip(predictions, reference[0]))
+        right = sum(bool(exact_match_score(p or "", q["answers"])) for p, q in zip(predictions, questions))
+        rows.append(
+            [dtype, f"{metrics['exact_match']:.1f}", f"{metrics['exact_match'] - reference[1]['exact_match']:+.1f}",
+             f"{metrics['f1']:.1f}", f"{right}/{len(questions)}", f"{same}/{len(questions)}",
+             f"{len(questions) / elapsed:.2f}", f"{reference[2] / elapsed:.2f}"]
+        )  # fmt: skip
+        results.append({"dtype": dtype, **metrics, "identical_to_fp32": same, "seconds": elapsed})
+    columns = ["dtype", "EM", "EM vs fp32", "F1", "right", "answers identical to fp32", "questions/s", "vs fp32"]
+    print()
+    print(header)
+    print(format_table(rows, columns))
+    print(f"- {len(questions)} questions ({args.qa_file or 'the shipped hand-written test questions'})")
+    print("- target: int8 EM within 1 point of fp32's")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": header, "results": results}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.model:
+        return run_quality(args)
     legacy_python = None
     if not args.skip_legacy:
         legacy_python = find_legacy_python(args.legacy_python)
