@@ -149,7 +149,7 @@ def answering_rows(args, device: torch.device) -> list[list[str]]:
 
     def answers_per_second(on, dtype):
         model.to(on)
-        seconds, ids = qa.time_ours(model, questions, batch, warmup=batch, repeats=1, dtype=dtype)
+        seconds, ids, _ = qa.time_ours(model, questions, batch, warmup=batch, repeats=1, dtype=dtype)
         return len(questions) / seconds, ids
 
     cpu = torch.device("cpu")

@@ -344,15 +344,19 @@ def answer_batches(model: RealmForOpenQA, questions: list[str], batch_size: int,
 
 @torch.inference_mode()
 def time_ours(model, questions: list[str], batch_size: int, warmup: int, repeats: int, dtype: str = "fp32"):
-    """Best elapsed seconds over `repeats` passes, and the answer ids of the first pass."""
+    """
+    Best elapsed seconds over `repeats` passes, the answer ids of the first pass, and the process CPU seconds of the
+    best pass (below `threads x seconds` when other processes took the cores).
+    """
     answer_batches(model, questions[: max(warmup, batch_size)], batch_size, dtype)  # warm-up, untimed
-    best, ids = float("inf"), None
+    best, ids, cpu = float("inf"), None, float("nan")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         result = answer_batches(model, questions, batch_size, dtype)
-        best = min(best, time.perf_counter() - start)
+        if time.perf_counter() - start < best:
+            best, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         ids = ids if ids is not None else result
-    return best, ids
+    return best, ids, cpu
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -749,6 +753,17 @@ def peak_of(meters: dict, dtype: str) -> tuple[float, str]:
     return meters[name].best["flops"], name
 
 
+def per_cpu_second_share(row: dict, peak: dict) -> float:
+    """
+    The share of peak counted in CPU time: FLOPs per CPU-second of the pass over the peak's FLOPs per CPU-second. On
+    a machine shared with other work, wall-time rates fall with the time other processes take the cores (the peak's
+    best sample catches a quiet moment, a long pass cannot); CPU-time rates do not (busy-waiting threads count).
+    """
+    threads = torch.get_num_threads()
+    peak_per_cpu_second = peak["flops"] / ((peak.get("cpu_utilization") or 1.0) * threads)
+    return row["achieved_flops"] * row["wall_s"] / row["cpu_s"] / peak_per_cpu_second
+
+
 def breakdown_table(profiles: dict, num_questions: int) -> str:
     """Stages as rows; per dtype, milliseconds per question and share of the profiled pass."""
     columns = ["stage"]
@@ -828,7 +843,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
             "weights and dynamically quantized activations; its % of peak is of the fp32 peak (an effective rate)"
         )
 
-    rows, results, summaries = [], [], []
+    rows, results, summaries, profiled = [], [], [], []
     failed = False
     goal = None
     for size in args.blocks:
@@ -893,7 +908,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                 shown = dtype if dtype != "bf16" or native else f"{dtype} (not native: fp32)"
                 for batch_size in args.batches if exact else [max(args.batches)]:
                     print(f"[{size:,} blocks] realm-hf: index {index}, {dtype}, batch {batch_size} ...", flush=True)
-                    elapsed, ids = time_ours(model, questions, batch_size, args.warmup, args.repeats, dtype)
+                    elapsed, ids, cpu = time_ours(model, questions, batch_size, args.warmup, args.repeats, dtype)
                     # A peak sample after every row: a burst of load elsewhere during the first peak measurement
                     # would otherwise understate the peak (and overstate every percentage).
                     for meter in meters.values():
@@ -934,12 +949,13 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                         {"blocks": size, "implementation": "realm-hf", "dtype": dtype, "batch": batch_size,
                          "index": label, "questions_per_s": qps, "index_build_s": build_s,
                          "identical_vs_legacy": same_legacy, "identical_vs_fp32": same_fp32,
-                         "achieved_flops": achieved}
+                         "achieved_flops": achieved, "cpu_s": cpu, "wall_s": elapsed,
+                         "cpu_use": cpu / (elapsed * torch.get_num_threads())}
                     )  # fmt: skip
                     if exact and dtype == "bf16" and size == args.blocks[-1] and batch_size == max(args.batches):
                         goal = (size, batch_size, qps / legacy_qps if legacy else None, ids, same_count)
         if profiles:
-            print_profiles(size, profiles, meters, questions, summaries, fp32_qps, results, args)
+            profiled.append((size, profiles, fp32_qps))
         if legacy:
             distinct = len({tuple(x) for x in legacy["answer_ids"]})
             notes.append(f"{size:,} blocks: {distinct} distinct answers among {len(questions)} questions")
@@ -947,11 +963,14 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         gc.collect()
 
     # Percentages last: every row's peak is the best over the whole run.
+    for size, profiles, fp32_qps in profiled:
+        print_profiles(size, profiles, meters, questions, summaries, fp32_qps, results, args)
     for row, result in zip((r for r in rows if r[1] == "realm-hf"), (r for r in results if "index_build_s" in r)):
         if result["achieved_flops"] is not None:
             peak, name = peak_of(meters, result["dtype"])
             result["percent_of_peak"] = 100 * result["achieved_flops"] / peak
             row[-1] = f"{result['percent_of_peak']:.1f}" + ("" if name == result["dtype"] else f" (of {name})")
+            result["percent_of_peak_per_cpu_second"] = 100 * per_cpu_second_share(result, meters[name].best)
     columns = ["blocks", "implementation", "dtype", "batch", "index", "questions/s", "vs legacy", "vs fp32"]
     columns += ["identical vs legacy", "identical vs fp32", "GFLOP/s", "% of peak"]
     peaks = {name: meter.best for name, meter in meters.items()}
@@ -1004,6 +1023,9 @@ def print_profiles(size, profiles, meters, questions, summaries, fp32_qps, resul
             f"matmul peak ({row['achieved_flops'] / 1e9:.1f} GFLOP/s); the reader {100 * shares['reader']:.1f}% and the "
             f"question embedder {100 * shares['question embedder']:.1f}% in their own time"
             + (" (target: end to end >= 50%)" if dtype == "fp32" else "")
+            + f"; per CPU-second {100 * per_cpu_second_share(row, meters[name].best):.1f}% (the pass had "
+            f"{100 * row['cpu_use']:.0f}% of {torch.get_num_threads()} threads' time, the best peak sample "
+            f"{100 * (meters[name].best['cpu_utilization'] or 1):.0f}%)"
         )
         row["stage_seconds"] = profile["seconds"]
         row["profiled_wall_s"] = profile["wall_s"]
