@@ -14,7 +14,7 @@ import threading
 import torch
 
 from ..logging_utils import get_logger
-from ..precision import autocast, int8_answering_active, quantize_linear_layers
+from ..precision import autocast, check_int8, int8_answering_active, quantize_linear_layers
 from ..retrieval.encoding import tokenize_blocks
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import as_question_list, check_max_question_length, check_positive_int, check_questions
@@ -296,6 +296,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             raise ValueError(
                 "int8 is for answering only: call `model.eval()` (or answer with `model.answer`, which does) first."
             )
+        check_int8(self.device)  # also when the context was entered by hand, not through `answer(dtype=...)`
         params = itertools.chain(self.query_embedder.parameters(), self.reader.parameters())
         # In-place updates (an optimizer step, `load_state_dict`) bump a tensor's version, a move changes its address.
         key = tuple((p.data_ptr(), p._version) for p in params)
