@@ -106,8 +106,7 @@ class RealmReaderProjection(nn.Module):
             `(num_candidates,)`, `(num_candidates,)`.
         """
         max_sequence_len = block_mask.shape[-1]
-        max_span_width = self.config.max_span_width
-        starts, ends = _span_candidates(max_sequence_len, max_span_width, block_mask.device)
+        starts, ends = _span_candidates(max_sequence_len, self.config.max_span_width, block_mask.device)
         span_mask = torch.index_select(block_mask, -1, starts) * torch.index_select(block_mask, -1, ends)
 
         # Span scores in the weights' dtype (fp32), also under bf16/fp16 autocast: rounding the logits to bf16 (a
@@ -116,16 +115,11 @@ class RealmReaderProjection(nn.Module):
         with torch.autocast(hidden_states.device.type, enabled=False):
             hidden_states = hidden_states.to(self.layer_normalization.weight.dtype)
             start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)
-            # One width at a time, in the candidates' order: the spans of a width are a slice of the starts plus a
-            # slice of the ends (no gather), and one width's (rows, seq_len, span_hidden_size) activations stay in
-            # cache where all widths at once (ten times as large) did not; the values are the same.
-            widths = []
-            for width in range(1, max_span_width + 1):
-                count = max_sequence_len - width + 1
-                candidate_hidden = start_projection[:, :count] + end_projection[:, width - 1 :]
-                candidate_hidden = self.layer_normalization(self.relu(candidate_hidden))
-                widths.append(self.dense_output(candidate_hidden).squeeze(-1))
-            reader_logits = torch.cat(widths, dim=-1)
+            candidate_hidden = torch.index_select(start_projection, 1, starts) + torch.index_select(
+                end_projection, 1, ends
+            )
+            candidate_hidden = self.layer_normalization(self.relu(candidate_hidden))
+            reader_logits = self.dense_output(candidate_hidden).squeeze(-1)
         reader_logits = reader_logits + _mask_to_score(span_mask, reader_logits.dtype)
         return reader_logits, starts, ends
 
