@@ -839,7 +839,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         )
     if "int8" in args.dtypes:
         notes.append(
-            "int8: `answer(dtype='int8')`, the encoders' linear layers of the reader and question embedder with int8 "
+            "int8: `answer(dtype='int8')`, the linear layers of the reader's encoder with int8 "
             "weights and dynamically quantized activations; its % of peak is of the fp32 peak (an effective rate)"
         )
 

@@ -1,6 +1,6 @@
 """
 Compute precision: the one rule for when embedding and answering run under bf16 autocast and when in fp32, and int8
-answering on CPUs (int8 copies of the encoders' linear layers, never the model's own weights).
+answering on CPUs (an int8 copy of the reader's encoder, never the model's own weights).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ DTYPE_NAMES = {
     "float16": torch.float16,
     "half": torch.float16,
 }
-#: Names of int8 answering (`answer(dtype="int8")`): int8 linear layers in the encoders, CPUs only.
+#: Names of int8 answering (`answer(dtype="int8")`): int8 linear layers in the reader's encoder, CPUs only.
 INT8_NAMES = ("int8", "qint8")
 _DTYPE_HELP = (
     "use 'fp32', 'bf16', 'fp16' (GPUs only), 'int8' (answering on CPUs only), 'auto' (bf16 where the device runs it "
@@ -77,8 +77,8 @@ def check_int8(device: str | torch.device, purpose: str = "answering") -> None:
     """
     if purpose != "answering":
         raise ValueError(
-            f"dtype='int8' is for answering only (int8 copies of the reader's and question embedder's linear "
-            f"layers); {purpose} runs in 'fp32', 'bf16' or 'auto'."
+            f"dtype='int8' is for answering only (an int8 copy of the reader's linear layers); {purpose} runs in "
+            f"'fp32', 'bf16' or 'auto'."
         )
     device = torch.device(device)
     if device.type != "cpu":
@@ -201,7 +201,7 @@ def autocast(device: str | torch.device, dtype, purpose: str = "answering"):
         return contextlib.nullcontext()
 
 
-# Whether the current call answers with int8 copies of the encoders: a context variable, so that concurrent calls
+# Whether the current call answers with an int8 copy of the reader: a context variable, so that concurrent calls
 # (threads of `realm-hf serve`) each answer in the dtype they asked for, and the model itself never changes.
 _INT8_ANSWERING = contextvars.ContextVar("realm_hf_int8_answering", default=False)
 
@@ -209,7 +209,7 @@ _INT8_ANSWERING = contextvars.ContextVar("realm_hf_int8_answering", default=Fals
 class int8_answering:  # noqa: N801 (used as a function: `with int8_answering():`, as `torch.autocast`)
     """
     Answer with int8 linear layers for the duration of a `with` block (what `answer(dtype="int8")` enters): a model
-    that reads [`int8_answering_active`] runs int8 copies of its encoders ([`quantize_linear_layers`]). Reusable and
+    that reads [`int8_answering_active`] runs an int8 copy of its reader ([`quantize_linear_layers`]). Reusable and
     re-entrant, as `torch.autocast` is: `answer()` enters the same one once per batch.
     """
 

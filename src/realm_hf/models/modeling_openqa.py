@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
 import threading
 
 import torch
@@ -284,11 +283,13 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
     def answering_modules(self) -> tuple[RealmEmbedder, RealmReader]:
         """
         The question embedder and reader that the current call runs: the model's own, or, inside int8 answering
-        (`answer(dtype="int8")`, [`~realm_hf.precision.int8_answering`]), int8 copies of them whose BERT encoders have
-        int8 linear layers ([`~realm_hf.precision.quantize_linear_layers`]; the span scorer and the 128-d retrieval
-        projection stay fp32: they decide between near-tied spans and blocks and cost little). The copies share every
-        other tensor with the model, are built on the first int8 call and again after the weights change (training,
-        `load_state_dict`, a move to another device), and are never saved: `save_pretrained` writes the float weights.
+        (`answer(dtype="int8")`, [`~realm_hf.precision.int8_answering`]), the model's question embedder and an int8
+        copy of its reader whose BERT encoder has int8 linear layers ([`~realm_hf.precision.quantize_linear_layers`]).
+        The question embedder stays fp32, as under bf16: retrieval separates blocks by score differences that int8
+        question vectors lose (on bench/qa.py's model an int8 question embedder changed half the answers, an int8
+        reader alone 4 of 64), for a few % of the time. The span scorer stays fp32 too. The copy shares every other
+        tensor with the model, is built on the first int8 call and again after the weights change (training,
+        `load_state_dict`, a move to another device), and is never saved: `save_pretrained` writes the float weights.
         """
         if not int8_answering_active():
             return self.query_embedder, self.reader
@@ -297,19 +298,15 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 "int8 is for answering only: call `model.eval()` (or answer with `model.answer`, which does) first."
             )
         check_int8(self.device)  # also when the context was entered by hand, not through `answer(dtype=...)`
-        params = itertools.chain(self.query_embedder.parameters(), self.reader.parameters())
         # In-place updates (an optimizer step, `load_state_dict`) bump a tensor's version, a move changes its address.
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = tuple((p.data_ptr(), p._version) for p in self.reader.parameters())
         with _INT8_LOCK:
-            cached = self.__dict__.get("_int8_copies")
+            cached = self.__dict__.get("_int8_reader")
             if cached is None or cached[0] != key:
                 # Kept outside the module tree (a tuple, not a submodule): never in `state_dict` or a saved model.
-                cached = (
-                    key,
-                    tuple(quantize_linear_layers(m, ("realm",)) for m in (self.query_embedder, self.reader)),
-                )
-                self.__dict__["_int8_copies"] = cached
-        return cached[1]
+                cached = (key, quantize_linear_layers(self.reader, ("realm",)))
+                self.__dict__["_int8_reader"] = cached
+        return self.query_embedder, cached[1]
 
     def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
         """Question embeddings, shape `(batch_size, retriever_proj_size)`; in fp32 outside training, even under autocast."""
@@ -509,7 +506,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 under bf16 autocast where the CPU (AVX512-BF16 or AMX) or GPU (compute capability 8.0+) has native
                 bf16, and in fp32 with a warning elsewhere (bf16 would be slower there); `"auto"` picks bf16 where
                 it is native, silently; `"fp32"` or `None` is fp32. Retrieval scores and span logits stay fp32.
-                `"int8"` (CPUs only) runs int8 copies of the reader's and question embedder's encoders
+                `"int8"` (CPUs only) runs an int8 copy of the reader's encoder
                 ([`~RealmForOpenQA.answering_modules`]); answers can differ from fp32's where spans nearly tie.
                 Weights are never cast or changed. See [`~realm_hf.precision.resolve_autocast_dtype`].
             top_k (`int`, *optional*): The `top_k` best answers per question, as the pipeline's `top_k`: distinct
