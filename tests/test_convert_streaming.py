@@ -17,7 +17,7 @@ import torch
 
 from realm_hf.retrieval import legacy
 from realm_hf.retrieval.conversion import convert_legacy_checkpoint, write_legacy_retriever
-from realm_hf.retrieval.index import new_index, write_flat_index
+from realm_hf.retrieval.faiss_build import new_index, write_flat_index
 from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(os.path.abspath(__file__))

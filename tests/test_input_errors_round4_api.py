@@ -260,7 +260,7 @@ def test_build_options_are_checked_before_any_document_is_read(options, message)
 
 def test_from_documents_tries_the_index_factory_before_embedding(tiny, monkeypatch):
     from realm_hf.retrieval import building
-    from realm_hf.retrieval.index import IndexFactoryError
+    from realm_hf.retrieval.faiss_build import IndexFactoryError
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the factory string was checked")

@@ -14,7 +14,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertTokenizer
 
 from realm_hf.constants import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME
-from realm_hf.retrieval import index as faiss_utils
+from realm_hf.retrieval import faiss_ops
 from realm_hf.retrieval.chunking import block_spans, split_documents
 from realm_hf.retrieval.conversion import convert_legacy_checkpoint
 from realm_hf.retrieval.encoding import embed_blocks, fingerprint_module
@@ -239,10 +239,10 @@ def test_approximate_index_recall(factory, params, floor):
         assert np.mean([len(set(t) & set(f)) / 5 for t, f in zip(truth, plain)]) < recall
     # Parameters apply to one call only.
     name = next(iter(params))
-    default = faiss_utils.get_search_param(approx.index, name)
+    default = faiss_ops.get_search_param(approx.index, name)
     assert default != params[name]
     approx.search(queries[:2], k=5, **params)
-    assert faiss_utils.get_search_param(approx.index, name) == default
+    assert faiss_ops.get_search_param(approx.index, name) == default
     # Scores are exact inner products (compressed codes are re-scored with the stored vectors).
     out = approx.search(queries[:3], k=5, **params)
     rescored = torch.einsum("bd,bkd->bk", torch.from_numpy(queries[:3]), approx.get_block_embeddings(out.block_ids))
@@ -286,7 +286,7 @@ def test_ivf_with_too_many_lists_is_reduced(caplog):
 
 
 def test_gpu_request_falls_back_to_cpu(caplog):
-    if faiss_utils.faiss_gpu_available():
+    if faiss_ops.faiss_gpu_available():
         pytest.skip("faiss has GPU support here")
     vectors = structured_vectors(50, PROJ)
     with caplog.at_level(logging.WARNING):

@@ -46,7 +46,7 @@ def split_index_spec(spec: str) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
-    from ..retrieval.index import IndexFactoryError
+    from ..retrieval.faiss_build import IndexFactoryError
     from ..retrieval.retriever import RealmRetriever
 
     if not args.output and not args.attach_to:

@@ -16,7 +16,8 @@ from ..text.user_text import check_positive_int
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array, make_corpus, token_ids_array
 from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts
-from .index import BlockIndex, new_index
+from .faiss_build import new_index
+from .index import BlockIndex
 from .store import BlockStore
 
 

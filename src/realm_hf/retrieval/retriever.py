@@ -20,7 +20,8 @@ from .collectives import gather_rows, row_bounds
 from .contract import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
 from .corpus import BlockCorpus
 from .encoding import check_embedder_module, embedder_dim, fingerprint_module
-from .index import BlockIndex, normalize_search_params
+from .faiss_ops import normalize_search_params
+from .index import BlockIndex
 from .legacy import check_constructor_arguments, legacy_reader_call, read_legacy_blocks
 from .serialization import (
     build_manifest,

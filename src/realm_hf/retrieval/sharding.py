@@ -24,7 +24,7 @@ from .collectives import ShardedCollectiveError, ShardGroup, describe
 from .contract import RealmSearchOutput
 from .corpus import as_id_array, unflatten
 from .encoding import fingerprint_module
-from .index import normalize_search_params
+from .faiss_ops import normalize_search_params
 from .retriever import RealmRetriever
 from .sharded_storage import load_shards, merge_shards, save_sharded, shard_from_documents, split_retriever
 from .store import BlockStore
