@@ -256,14 +256,14 @@ def _rewrite_corpus(directory, change):
     import datasets
 
     from realm_hf.constants import MANIFEST_NAME
-    from realm_hf.retrieval.serialization import _record_files
+    from realm_hf.retrieval.manifest import record_files
 
     corpus = change(datasets.load_from_disk(str(directory / "corpus")))
     corpus.save_to_disk(str(directory / "new_corpus"))
     shutil.rmtree(directory / "corpus")
     (directory / "new_corpus").rename(directory / "corpus")
     manifest = json.loads((directory / MANIFEST_NAME).read_text())
-    manifest["files"] = _record_files(str(directory))
+    manifest["files"] = record_files(str(directory))
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
 
 

@@ -20,7 +20,7 @@ FAISS_USERS: dict[str, str] = {
     "retrieval/faiss_build.py": "the helpers BlockIndex builds its indexes with (factory strings, training, adding)",
     "retrieval/faiss_ops.py": "the helpers BlockIndex handles its index with (search parameters, GPU, files, labels)",
     "retrieval/retriever.py": "`faiss.Index` in type annotations and the docstring of an argument that takes a raw index",
-    "retrieval/serialization.py": "records `faiss.__version__` in the manifest",
+    "retrieval/manifest.py": "records `faiss.__version__` in the manifest",
 }
 
 

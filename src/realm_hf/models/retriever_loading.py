@@ -149,8 +149,8 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
     of the document embedder it trains, if any) and, given the `model_dir` the weights were loaded from, that those
     weights are the ones saved with it.
     """
+    from ..retrieval.manifest import check_model_files  # local import: retrieval pulls in faiss and datasets
     from ..retrieval.retriever import RealmRetriever
-    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
     from ..retrieval.sparse import attach_saved_sparse_index
 
     # One save: the model files checked are those of the manifest the retriever is then loaded with.
@@ -389,7 +389,7 @@ def _check_weights_of_repo(retriever_dir: str, repo_id: str, revision: str | Non
     Refuse a repo whose weights are not the ones its `retriever/` folder was saved with. The weights transformers
     fetched for the same commit sit in the same cache snapshot, one level up.
     """
-    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
+    from ..retrieval.manifest import check_model_files  # local import: retrieval pulls in faiss and datasets
 
     try:
         check_model_files(retriever_dir, os.path.dirname(os.path.normpath(retriever_dir)), verify_checksums)

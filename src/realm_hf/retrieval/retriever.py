@@ -23,8 +23,8 @@ from .encoding import check_embedder_module, embedder_dim, fingerprint_module
 from .faiss_ops import normalize_search_params
 from .index import BlockIndex
 from .legacy import check_constructor_arguments, legacy_reader_call, read_legacy_blocks
+from .manifest import build_manifest
 from .serialization import (
-    build_manifest,
     check_corpus_format,
     load_retriever_parts,
     resolve_pretrained_path,

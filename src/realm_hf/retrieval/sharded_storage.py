@@ -28,8 +28,8 @@ from .collectives import ShardedCollectiveError, ShardGroup, describe, row_bound
 from .corpus import BlockCorpus
 from .encoding import embed_blocks, fingerprint_module
 from .index import BlockIndex
+from .manifest import check_recorded_files
 from .retriever import RealmRetriever
-from .serialization import check_recorded_files
 from .store import BlockStore
 
 SHARDED_FORMAT = "realm-hf-sharded-retriever"
