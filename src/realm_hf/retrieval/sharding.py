@@ -2,9 +2,9 @@
 [`ShardedRealmRetriever`]: a corpus larger than one machine, split across the processes of `torch.distributed`
 (`accelerate launch`), each holding 1/N of the blocks and of the index; searches merge every shard's top `k` exactly.
 
-The retriever and its search, one concept: a search gathers the questions of every process, searches each process's
-shards, merges the top `k` exactly and sends the retrieved blocks' data from the processes that hold them
-([`sharded_search`]); lookups of local blocks. Building, saving and loading the shards: `retrieval/sharded_storage.py`.
+The retriever: its shards and where they are, its search (the collective algorithm is `retrieval/sharded_search.py`'s),
+lookups of local blocks, moves and index states per shard. Building, saving and loading the shards:
+`retrieval/sharded_storage.py`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from typing import Self
 import numpy as np
 import torch
 
-from ..logging_utils import get_logger
-from . import contract
 from .building import BuildOptions
-from .collectives import ShardedCollectiveError, ShardGroup, describe
+from .collectives import ShardGroup
 from .contract import RealmSearchOutput
 from .corpus import as_id_array, unflatten
 from .encoding import fingerprint_module
-from .faiss_ops import normalize_search_params
 from .retriever import RealmRetriever
+from .sharded_search import ShardLayout, sharded_search
 from .sharded_storage import load_shards, merge_shards, save_sharded, shard_from_documents, split_retriever
 from .store import BlockStore
 
@@ -80,12 +78,7 @@ class ShardedRealmRetriever:
         self.shards = list(shards)
         self.group = group if isinstance(group, ShardGroup) else ShardGroup(group)
         self.group.run("Building the sharded retriever", self._check_local_shards)
-        described = self.group.all_gather([self._describe(shard) for shard in self.shards])
-        self._layout = [info for process in described for info in process]
-        # The process that holds each shard (shards are numbered in process order).
-        self.shard_owner = np.repeat(np.arange(len(described)), [len(process) for process in described])
-        self.first_shard = sum(len(process) for process in described[: self.group.rank])
-        self._check_layout()
+        self._layout = ShardLayout.gathered(self.group, [self._describe(shard) for shard in self.shards])
 
     def _check_local_shards(self) -> None:
         if not self.shards:
@@ -103,22 +96,6 @@ class ShardedRealmRetriever:
             "id_range": (int(ids[0]), int(ids[-1])),
         }
 
-    def _check_layout(self) -> None:
-        # Every process sees the same layout, so every process raises the same error.
-        dims = sorted({info["dim"] for info in self._layout})
-        if len(dims) > 1:
-            raise ValueError(
-                f"The shards hold embeddings of different dimensions {dims}: embed them with one embedder."
-            )
-        ranges = sorted(info["id_range"] for info in self._layout)
-        overlapping = [(a, b) for a, b in zip(ranges, ranges[1:]) if b[0] <= a[1]]
-        if overlapping:
-            raise ValueError(
-                f"The shards' block id ranges overlap ({overlapping[0][0]} and {overlapping[0][1]}): each shard must "
-                "hold a contiguous range of the corpus's block ids (build them with `from_documents` or "
-                "`from_retriever`)."
-            )
-
     # -----------------------------------------------------------------------------------------------------------------
     # What the model reads
     # -----------------------------------------------------------------------------------------------------------------
@@ -133,12 +110,17 @@ class ShardedRealmRetriever:
     @property
     def layout(self) -> list[dict]:
         """Every shard of every process, in corpus order: `num_blocks`, `dim`, `index_type`, `id_range`."""
-        return [dict(info) for info in self._layout]
+        return [dict(info) for info in self._layout.shards]
+
+    @property
+    def first_shard(self) -> int:
+        """The index of this process's first shard among all shards."""
+        return self._layout.first_local
 
     @property
     def num_blocks(self) -> int:
         """Number of blocks of the whole corpus (all shards)."""
-        return sum(info["num_blocks"] for info in self._layout)
+        return self._layout.num_blocks
 
     def __len__(self) -> int:
         return self.num_blocks
@@ -146,12 +128,12 @@ class ShardedRealmRetriever:
     @property
     def num_shards(self) -> int:
         """Number of shards over all processes."""
-        return len(self._layout)
+        return len(self._layout.shards)
 
     @property
     def shard_sizes(self) -> list[int]:
         """Blocks of each shard, in corpus order."""
-        return [info["num_blocks"] for info in self._layout]
+        return [info["num_blocks"] for info in self._layout.shards]
 
     @property
     def embedding_dim(self) -> int:
@@ -210,7 +192,11 @@ class ShardedRealmRetriever:
         retriever's; for approximate ones each shard's index is searched with the same parameters.
         """
         return sharded_search(
-            self,
+            self.group,
+            self._layout,
+            # One snapshot of each shard for the whole call (see `sharded_search`).
+            [shard.store for shard in self.shards],
+            self.tokenizer,
             question_embeddings,
             k,
             return_blocks,
@@ -376,214 +362,6 @@ class ShardedRealmRetriever:
         """
         group = group if isinstance(group, ShardGroup) else ShardGroup(group)
         return cls(load_shards(path, group, embedder, expected_dim, mmap, verify_checksums), group=group)
-
-
-logger = get_logger(__name__)
-
-
-def sharded_search(
-    retriever,
-    question_embeddings,
-    k: int,
-    return_blocks: bool,
-    rerank_factor: int,
-    search_params: dict,
-    return_embeddings: bool,
-    return_token_ids: bool = False,
-) -> RealmSearchOutput:
-    """[`ShardedRealmRetriever.search`]: a collective call (every process of the retriever's group calls it)."""
-    group = retriever.group
-    try:
-        request = {
-            "queries": contract.as_query_matrix(question_embeddings),
-            "k": contract.check_k(k),
-            "rerank_factor": max(1, int(rerank_factor)),
-            "params": normalize_search_params(search_params),
-            "blocks": bool(return_blocks),
-            "embeddings": bool(return_embeddings),
-            "tokens": bool(return_token_ids),
-        }
-        error = None
-    except Exception as err:
-        if group.world_size == 1:
-            raise
-        request, error = None, describe(err)
-    requests = group.all_gather((request, error))
-    group_errors = [(rank, message) for rank, (_, message) in enumerate(requests) if message is not None]
-    if group_errors:
-        details = "; ".join(f"process {rank}: {message}" for rank, message in group_errors)
-        raise ShardedCollectiveError(f"A sharded search was refused. {details}")
-    requests = [request for request, _ in requests]
-    queries, offsets = check_requests(retriever, requests)
-    mine = requests[group.rank]
-    k = mine["k"]
-    # One snapshot of each shard for the whole call: a refresh swapped in meanwhile installs a new store and leaves
-    # this one as it is, so ids, scores, blocks, embeddings and token ids come from one state of each shard.
-    stores = [shard.store for shard in retriever.shards]
-    candidates = group.run(
-        "Searching the local shards",
-        local_candidates,
-        retriever,
-        stores,
-        queries,
-        k,
-        mine["rerank_factor"],
-        mine["params"],
-    )
-    # Each process merges its own questions' candidates from every process ...
-    rows_of = [slice(offsets[d], offsets[d + 1]) for d in range(group.world_size)]
-    received = group.exchange([tuple(part[rows] for part in candidates) for rows in rows_of])
-    scores, ids, sources = top_k(*(np.concatenate(parts, axis=1) for parts in zip(*received)), k)
-    # ... asks the processes holding the winners for their data, and answers the others' requests.
-    requests_out = block_requests(retriever, ids, sources, mine)
-    requests_in = group.exchange(requests_out)
-    replies = group.run("Looking up retrieved blocks", answer_requests, retriever, stores, requests_in)
-    received = group.exchange(replies)
-    return assemble(retriever, stores[0], ids, scores, received, mine)
-
-
-def check_requests(retriever, requests: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """
-    Refuse requests the processes disagree on, or that a single retriever would refuse; every process sees every
-    request, so every process raises the same error. Returns the gathered questions and each process's first row.
-    """
-    settings = [(r["k"], r["rerank_factor"], sorted(r["params"].items())) for r in requests]
-    if any(setting != settings[0] for setting in settings):
-        raise ValueError(
-            "Every process must search a sharded retriever with the same k, rerank_factor and search parameters; got "
-            + ", ".join(
-                f"process {rank}: k={s[0]}, rerank_factor={s[1]}, {dict(s[2])}" for rank, s in enumerate(settings)
-            )
-            + "."
-        )
-    k = requests[0]["k"]
-    dims = {r["queries"].shape[1] for r in requests}
-    if dims != {retriever.embedding_dim}:
-        raise ValueError(
-            f"Question embeddings have dimension {sorted(dims)}, but this corpus was built with an embedder of "
-            f"projection size {retriever.embedding_dim}. Use the embedder that built the corpus."
-        )
-    if k > retriever.num_blocks:
-        raise ValueError(
-            f"k={k} is larger than the number of blocks in the corpus ({retriever.num_blocks}): ask for at most "
-            f"{retriever.num_blocks}."
-        )
-    queries = np.concatenate([r["queries"] for r in requests])
-    contract.check_finite_queries(queries)
-    offsets = np.cumsum([0] + [len(r["queries"]) for r in requests])
-    return queries, offsets
-
-
-def local_candidates(retriever, stores, queries: np.ndarray, k: int, rerank_factor: int, params: dict):
-    """The top `k` of this process's shards for every gathered question: `(scores, block ids, global shard index)`."""
-    parts = []
-    for j, store in enumerate(stores):
-        kk = min(k, len(store))
-        if len(queries):
-            out = store.search(queries, kk, rerank_factor, params, return_blocks=False)
-            scores, ids = out.scores.numpy(), out.block_ids.numpy()
-        else:
-            scores, ids = np.empty((0, kk), np.float32), np.empty((0, kk), np.int64)
-        parts.append((scores, ids, np.full(ids.shape, retriever.first_shard + j, dtype=np.int64)))
-    return top_k(*(np.concatenate(column, axis=1) for column in zip(*parts)), k)
-
-
-def top_k(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, k: int):
-    """
-    The best `k` candidates of each row by score, ties broken by the smaller block id (missing results, id -1 with
-    score -inf, last), padded with missing results to `k` columns.
-    """
-    order = np.lexsort((ids, -scores.astype(np.float64)), axis=-1)[:, :k]
-    scores, ids, sources = (np.take_along_axis(a, order, axis=1) for a in (scores, ids, sources))
-    missing = k - scores.shape[1]
-    if missing > 0:
-        pad = ((0, 0), (0, missing))
-        scores = np.pad(scores, pad, constant_values=-np.inf)
-        ids, sources = np.pad(ids, pad, constant_values=-1), np.pad(sources, pad, constant_values=-1)
-    return np.ascontiguousarray(scores, dtype=np.float32), ids.astype(np.int64), sources
-
-
-def block_requests(retriever, ids, sources, wanted: dict) -> list:
-    """For each process, the positions (in this process's `(batch, k)` results) and ids of the blocks it holds."""
-    flat_ids, flat_sources = ids.reshape(-1), sources.reshape(-1)
-    owners = np.where(flat_ids >= 0, retriever.shard_owner[np.maximum(flat_sources, 0)], -1)
-    requests = []
-    for process in range(retriever.group.world_size):
-        positions = np.flatnonzero(owners == process)
-        requests.append(
-            {
-                "positions": positions,
-                "ids": flat_ids[positions],
-                "sources": flat_sources[positions],
-                **{what: wanted[what] for what in ("blocks", "embeddings", "tokens")},
-            }
-        )
-    return requests
-
-
-def answer_requests(retriever, stores, requests: list[dict]) -> list:
-    """The data of the requested blocks, for each process that asked."""
-    return [block_data(retriever, stores, request) for request in requests]
-
-
-def block_data(retriever, stores, request: dict) -> list:
-    """The blocks, reader token ids and stored embeddings of a request, per local shard, with positions."""
-    parts = []
-    for j, store in enumerate(stores):
-        selected = request["sources"] == retriever.first_shard + j
-        if not selected.any():
-            continue
-        part_ids = request["ids"][selected]
-        part = {"positions": request["positions"][selected]}
-        if request["blocks"]:
-            part["blocks"] = store.corpus.blocks(part_ids)
-        if request["tokens"]:
-            tokens, lengths = store.token_ids(part_ids, retriever.tokenizer)
-            part["tokens"], part["lengths"] = tokens.numpy(), lengths.numpy()
-        if request["embeddings"]:
-            part["embeddings"] = store.corpus.embeddings(part_ids, store.dim)
-        parts.append(part)
-    return parts
-
-
-def assemble(retriever, store, ids, scores, received, wanted: dict) -> RealmSearchOutput:
-    """This process's search output from the merged ids and scores and the block data the other processes sent."""
-    size, dim = ids.size, retriever.embedding_dim
-    parts = [part for sent in received for part in sent]
-    blocks = embeddings = tokens = lengths = None
-    if wanted["blocks"]:
-        empty = store.corpus.blocks(np.array([-1]))[0]
-        blocks = [None] * size
-        for part in parts:
-            for position, block in zip(part["positions"], part["blocks"]):
-                blocks[position] = block
-        blocks = [dict(empty) if block is None else block for block in blocks]
-        for block, score in zip(blocks, scores.reshape(-1).tolist()):
-            block["score"] = score
-    if wanted["tokens"]:
-        width = max([part["tokens"].shape[1] for part in parts], default=0)
-        tokens, lengths = np.full((size, width), -1, dtype=np.int32), np.zeros(size, dtype=np.int64)
-        for part in parts:
-            tokens[part["positions"], : part["tokens"].shape[1]] = part["tokens"]
-            lengths[part["positions"]] = part["lengths"]
-        tokens = torch.from_numpy(tokens).view(*ids.shape, width)
-        lengths = torch.from_numpy(lengths).view(ids.shape)
-    if wanted["embeddings"]:
-        embeddings = np.zeros((size, dim), dtype=np.float32)
-        for part in parts:
-            embeddings[part["positions"]] = part["embeddings"]
-        embeddings = torch.from_numpy(embeddings.reshape(*ids.shape, dim))
-    missing = ids < 0
-    if missing.any():
-        store.warn_missing_results(ids.shape[1], int(missing.any(axis=1).sum()))
-    return RealmSearchOutput(
-        block_ids=torch.from_numpy(ids),
-        scores=torch.from_numpy(scores),
-        blocks=unflatten(blocks, ids) if blocks is not None else None,
-        block_embeddings=embeddings,
-        block_token_ids=tokens,
-        block_token_lengths=lengths,
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
