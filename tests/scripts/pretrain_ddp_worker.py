@@ -15,7 +15,8 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from realm_hf import RealmConfig, RealmTokenizer
-from realm_hf.models.modeling_pretraining import RealmForPreTraining, encode_blocks
+from realm_hf.models.modeling_pretraining import RealmForPreTraining
+from realm_hf.models.pretraining_inputs import encode_blocks
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback, document_embedder_of
 from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
