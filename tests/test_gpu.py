@@ -40,14 +40,14 @@ def test_gpu_index_searches_like_the_cpu_index(index):
     texts = [f"block {i}" for i in range(len(vectors))]
     cpu = RealmRetriever.from_embeddings(vectors, texts, index=index)
     gpu = RealmRetriever.from_embeddings(vectors, texts, index=index).to_gpu()
-    assert on_gpu(gpu.index)
+    assert on_gpu(gpu.store.index.index)
     params = {"nprobe": 16} if index.startswith("IVF") else {}
     expected, got = cpu.search(queries, k=5, **params), gpu.search(queries, k=5, **params)
     same = (expected.block_ids == got.block_ids).float().mean().item()
     assert same > 0.99  # GPU kernels may order exact ties differently
     torch.testing.assert_close(got.scores, expected.scores, atol=1e-3, rtol=1e-3)
     gpu.to_cpu()
-    assert not on_gpu(gpu.index)
+    assert not on_gpu(gpu.store.index.index)
 
 
 @needs_cuda

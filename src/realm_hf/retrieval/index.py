@@ -1,7 +1,8 @@
 """
-[`BlockIndex`]: a FAISS inner-product index over block embeddings whose ids are block ids (add, remove, search, save,
-load, and `write_streamed` for a corpus too large to hold twice), on CPU or GPU, memory-mapped or in RAM. The one owner
-of a `faiss.Index` in realm-hf; it is built with `retrieval/faiss_build.py` and handled with `retrieval/faiss_ops.py`.
+[`BlockIndex`]: a FAISS inner-product index over block embeddings whose ids are block ids (add, remove, nearest,
+save, load, and `write_streamed` for a corpus too large to hold twice), on CPU or GPU, memory-mapped or in RAM. The
+one owner of a `faiss.Index` in realm-hf; it is built with `retrieval/faiss_build.py` and handled with
+`retrieval/faiss_ops.py`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class BlockIndex:
     """
     A FAISS inner-product index whose ids are block ids, with where it lives: on CPU or GPU, and, when memory-mapped,
     the file it maps (a mapped index is read-only, so changes work on a private copy). The one owner of a
-    `faiss.Index` in realm-hf: it adds, removes, searches, saves and loads, and nothing else touches the raw index.
+    `faiss.Index` in realm-hf: it adds, removes, finds the nearest vectors, saves and loads, and nothing else touches the raw index.
 
     Changes return a new `BlockIndex` (on GPU again if this one was) and leave this one as it was, except that
     [`~BlockIndex.added`] and [`~BlockIndex.removed`] reuse the memory of an index this object owns in RAM (copying a
@@ -143,11 +144,15 @@ class BlockIndex:
 
     # -- Search ---------------------------------------------------------------------------------------------------
 
-    def search(self, queries: np.ndarray, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
-        """`(scores, ids)` of the top `k`, with search-time `params` set for this call only."""
+    def nearest(self, queries: np.ndarray, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
+        """
+        `(block_ids, scores)` of the `k` nearest vectors of each query by inner product, best first (`-1` where the
+        index found fewer), with search-time `params` set for this call only.
+        """
         with self._search_lock:
             with search_parameters(self.index, params, self.index_type), blas_for_batches(len(queries)):
-                return self.index.search(queries, k)
+                scores, ids = self.index.search(queries, k)
+        return ids, scores
 
     # -- Changes (new objects) ----------------------------------------------------------------------------------------
 

@@ -256,7 +256,7 @@ def write_store(
     if tokenizer is not None:
         tokenizer.save_pretrained(os.path.join(directory, TOKENIZER_DIR))
     if store.sparse is not None:
-        # The BM25 index of a hybrid store (`retrieval/sparse.py`): its files go under the same manifest and checksums.
+        # The BM25 index of a hybrid store (`retrieval/bm25.py`): its files go under the same manifest and checksums.
         store.sparse.save(os.path.join(directory, SPARSE_INDEX_DIR))
     manifest = build_manifest(store, tokenizer, max_block_length)
     return write_manifest(directory, manifest, corpus_format, index_labels, tokenizer, model_files)
@@ -288,7 +288,7 @@ def saved_store(store: BlockStore, directory: str) -> BlockStore:
         return store
     with open(os.path.join(directory, MANIFEST_NAME), encoding="utf-8") as f:
         index_labels = json.load(f).get("index_labels", "block_id")
-    row_ids = store.block_ids if index_labels == "row" else None
+    row_ids = store.corpus.row_ids if index_labels == "row" else None
     index = store.index.following_file(os.path.join(directory, INDEX_NAME), row_ids)
     return dataclasses.replace(store, index=index)
 
@@ -328,7 +328,7 @@ def _load_retriever_parts(
         raise ValueError(
             f"The corpus in {path} holds {dim}-d embeddings (built with an embedder of projection size {dim}), but "
             f"the model expects {expected_dim}-d embeddings (config.retriever_proj_size). Use the corpus built "
-            "for this model, or re-embed it with `retriever.embed_corpus(embedder)`."
+            "for this model, or re-embed it with `realm_hf.retrieval.embed_corpus(retriever, embedder)`."
         )
     if expected_num_blocks is not None and int(expected_num_blocks) != num_blocks:
         raise ValueError(

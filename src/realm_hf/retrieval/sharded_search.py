@@ -177,7 +177,7 @@ def local_candidates(layout: ShardLayout, stores, queries: np.ndarray, k: int, r
     for j, store in enumerate(stores):
         kk = min(k, len(store))
         if len(queries):
-            out = store.search(queries, kk, rerank_factor, params, return_blocks=False)
+            out = store.top_blocks(queries, kk, rerank_factor, params, return_blocks=False)
             scores, ids = out.scores.numpy(), out.block_ids.numpy()
         else:
             scores, ids = np.empty((0, kk), np.float32), np.empty((0, kk), np.int64)

@@ -120,8 +120,8 @@ def merge_shards(shards: list[RealmRetriever], index: str | None, train_size: in
     """One retriever over every shard, indexed from the stored embeddings with `index` (default: the shards' type)."""
     corpus = BlockCorpus(datasets.concatenate_datasets([shard.corpus for shard in shards]))
     first = shards[0]
-    block_index = BlockIndex.from_corpus(index or first.index_type, corpus, train_size)
-    store = BlockStore(corpus, block_index, embedder_fingerprint=first.embedder_fingerprint)
+    block_index = BlockIndex.from_corpus(index or first.store.index_type, corpus, train_size)
+    store = BlockStore(corpus, block_index, embedder_fingerprint=first.store.embedder_fingerprint)
     return RealmRetriever.from_store(store, first.tokenizer, first.max_block_length)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Self
 
 import numpy as np
@@ -21,18 +20,10 @@ from .building import BuildOptions
 from .collectives import ShardGroup
 from .contract import RealmSearchOutput
 from .corpus import as_id_array, unflatten
-from .encoding import fingerprint_module
+from .refresh import ShardedIndexState
 from .retriever import RealmRetriever
 from .sharded_search import ShardLayout, sharded_search
 from .sharded_storage import load_shards, merge_shards, save_sharded, shard_from_documents, split_retriever
-from .store import BlockStore
-
-
-@dataclass
-class ShardedIndexState:
-    """The refreshed index states of the shards one process holds, in shard order (each a [`BlockStore`])."""
-
-    shard_states: list[BlockStore]
 
 
 class ShardedRealmRetriever:
@@ -55,7 +46,7 @@ class ShardedRealmRetriever:
     Build one with [`~ShardedRealmRetriever.from_documents`] (each process splits and embeds only its share of the
     documents) or [`~ShardedRealmRetriever.from_retriever`] (a retriever's rows split, no re-embedding); save and
     load it with [`~ShardedRealmRetriever.save_pretrained`] / [`~ShardedRealmRetriever.from_pretrained`] (N shard
-    folders and one manifest). [`RealmReindexCallback`] refreshes each process's shards locally. See docs/sharding.md.
+    folders and one manifest). [`RealmReindexCallback`] refreshes each process's shards locally (`realm_hf.retrieval.refresh`). See docs/sharding.md.
 
     Args:
         shards (`Sequence[RealmRetriever]`): The shards this process holds, in corpus order.
@@ -92,7 +83,7 @@ class ShardedRealmRetriever:
         return {
             "num_blocks": shard.num_blocks,
             "dim": shard.embedding_dim,
-            "index_type": shard.index_type,
+            "index_type": shard.store.index_type,
             "id_range": (int(ids[0]), int(ids[-1])),
         }
 
@@ -150,16 +141,18 @@ class ShardedRealmRetriever:
 
     @property
     def index_type(self) -> str:
-        return self.shards[0].index_type
+        """The FAISS factory string of the shards' indexes."""
+        return self.shards[0].store.index_type
 
     @property
     def embedder_fingerprint(self) -> str | None:
-        return self.shards[0].embedder_fingerprint
+        """[`fingerprint_module`] of the embedder that filled the shards (`None`: unknown)."""
+        return self.shards[0].store.embedder_fingerprint
 
     @property
     def local_block_ids(self) -> np.ndarray:
         """The block ids this process holds, in corpus order."""
-        return np.concatenate([shard.block_ids for shard in self.shards])
+        return np.concatenate([shard.store.block_ids for shard in self.shards])
 
     def __repr__(self) -> str:
         return (
@@ -169,7 +162,7 @@ class ShardedRealmRetriever:
         )
 
     # -----------------------------------------------------------------------------------------------------------------
-    # Search (collective) and lookups of retrieved blocks (local)
+    # Search (collective) and lookups of local blocks, named as a store's (`BlockStore.blocks`, ...)
     # -----------------------------------------------------------------------------------------------------------------
 
     def search(
@@ -185,7 +178,7 @@ class ShardedRealmRetriever:
     ) -> RealmSearchOutput:
         """
         Top-`k` blocks of the whole corpus for this process's questions; a **collective call** (see the class
-        docstring). Arguments and output as [`RealmRetriever.search`] (`questions` is accepted and unused: the
+        docstring). Arguments and output as [`Retriever.search`] (`questions` is accepted and unused: the
         shards hold dense indexes only, no BM25 index); `k`, `rerank_factor` and the search parameters
         must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
         compressed indexes), so for exact indexes (Flat, IVF-Flat probing every list) the result is the single
@@ -206,55 +199,30 @@ class ShardedRealmRetriever:
             return_token_ids,
         )
 
-    def get_block_embeddings(self, block_ids) -> torch.FloatTensor:
-        """Stored embeddings of blocks this process holds; see [`RealmRetriever.get_block_embeddings`]."""
+    def embeddings(self, block_ids) -> torch.FloatTensor:
+        """Stored embeddings of blocks this process holds; see [`BlockStore.embeddings`]."""
         ids, values = local_lookup(self, block_ids, "embeddings")
         return torch.from_numpy(np.ascontiguousarray(values).reshape(*ids.shape, self.embedding_dim))
 
-    def get_blocks(self, block_ids) -> list:
-        """Blocks (dicts) this process holds; see [`RealmRetriever.get_blocks`]."""
+    def blocks(self, block_ids) -> list:
+        """Blocks (dicts) this process holds; see [`BlockStore.blocks`]."""
         ids, values = local_lookup(self, block_ids, "blocks")
         return unflatten([dict(block) for block in values], ids)
 
-    def get_block_texts(self, block_ids) -> list:
-        """Texts of blocks this process holds; see [`RealmRetriever.get_block_texts`]."""
+    def texts(self, block_ids) -> list:
+        """Texts of blocks this process holds; see [`BlockStore.texts`]."""
         ids, values = local_lookup(self, block_ids, "texts")
         return unflatten(list(values), ids)
 
-    def get_block_token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
-        """Reader token ids of blocks this process holds; see [`RealmRetriever.get_block_token_ids`]."""
+    def token_ids(self, block_ids) -> tuple[torch.Tensor, torch.LongTensor]:
+        """Reader token ids of blocks this process holds; see [`BlockStore.token_ids`]."""
         ids, (tokens, lengths) = local_lookup(self, block_ids, "tokens")
         shape = tuple(ids.shape)
         return torch.from_numpy(tokens).view(*shape, tokens.shape[1]), torch.from_numpy(lengths).view(shape)
 
     # -----------------------------------------------------------------------------------------------------------------
-    # Refreshing (each process its own shards; no embeddings gathered)
+    # Index states (each process its own shards; refreshing them: `realm_hf.retrieval.refresh`) and placement
     # -----------------------------------------------------------------------------------------------------------------
-
-    def refresh_index_state(
-        self,
-        embedder: torch.nn.Module,
-        batch_size: int = 64,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
-        show_progress: bool = False,
-        train_size: int | None = None,
-        group=None,
-    ) -> ShardedIndexState:
-        """
-        Re-embed the blocks of this process's shards with `embedder` and build their new indexes, without touching
-        the live ones (safe in a background thread); install with [`~ShardedRealmRetriever.swap_index_state`]. Not a
-        collective: each process refreshes what it holds (`group` is not used: no process needs another's
-        embeddings).
-        """
-        fingerprint = fingerprint_module(embedder)
-        states = []
-        for shard in self.shards:
-            embeddings = shard.embed_corpus(
-                embedder, batch_size, device, dtype, show_progress, update_index=False, train_size=train_size
-            )
-            states.append(shard.build_index_state(embeddings, fingerprint, train_size))
-        return ShardedIndexState(states)
 
     def swap_index_state(self, state: ShardedIndexState) -> None:
         """Install refreshed index states (one per local shard), each atomically under its shard's lock."""
@@ -268,23 +236,6 @@ class ShardedRealmRetriever:
     def export_index_state(self) -> ShardedIndexState:
         """The local shards' current embeddings and indexes (e.g. to restore them into another sharded retriever)."""
         return ShardedIndexState([shard.export_index_state() for shard in self.shards])
-
-    def saved_index_state(self, path: str | os.PathLike) -> ShardedIndexState:
-        """The index states of this process's shards saved in sharded directory `path` (a collective call)."""
-        return type(self).from_pretrained(path, group=self.group).export_index_state()
-
-    def embed_corpus(self, embedder: torch.nn.Module, **kwargs) -> None:
-        """Re-embed this process's shards with `embedder` and swap their new indexes in (call it on every process)."""
-        self.swap_index_state(self.refresh_index_state(embedder, **kwargs))
-
-    def is_stale(self, embedder: torch.nn.Module) -> bool | None:
-        """Whether `embedder`'s weights differ from those that embedded this process's shards (`None`: unknown)."""
-        stale = [shard.is_stale(embedder) for shard in self.shards]
-        return None if None in stale else any(stale)
-
-    def check_embedder(self, embedder: torch.nn.Module) -> None:
-        """Refuse an embedder of another dimension; warn if its weights differ from the shards' embedder."""
-        self.shards[0].check_embedder(embedder)
 
     def to_gpu(self, device: int = 0) -> Self:
         """Move this process's shard indexes to GPU `device` (e.g. its local rank); see [`RealmRetriever.to_gpu`]."""
@@ -398,21 +349,21 @@ def _local_values(retriever, flat: np.ndarray, what: str):
     if what == "embeddings":
         out = np.zeros((len(flat), retriever.embedding_dim), dtype=np.float32)
         for shard, rows in selections:
-            out[rows] = shard.get_block_embeddings(flat[rows]).numpy()
+            out[rows] = shard.store.embeddings(flat[rows]).numpy()
         return out
     if what == "tokens":
-        found = [(rows, shard.get_block_token_ids(flat[rows])) for shard, rows in selections]
+        found = [(rows, shard.store.token_ids(flat[rows], shard.tokenizer)) for shard, rows in selections]
         width = max([tokens.shape[1] for _, (tokens, _) in found], default=0)
         padded, lengths = np.full((len(flat), width), -1, dtype=np.int32), np.zeros(len(flat), dtype=np.int64)
         for rows, (tokens, row_lengths) in found:
             padded[rows, : tokens.shape[1]] = tokens.numpy()
             lengths[rows] = row_lengths.numpy()
         return padded, lengths
-    getter = "get_blocks" if what == "blocks" else "get_block_texts"
-    empty = getattr(retriever.shards[0], getter)(np.array([-1]))[0]
+    getter = "blocks" if what == "blocks" else "texts"
+    empty = getattr(retriever.shards[0].store, getter)(np.array([-1]))[0]
     out = [None] * len(flat)
     for shard, rows in selections:
-        for row, value in zip(rows, getattr(shard, getter)(flat[rows])):
+        for row, value in zip(rows, getattr(shard.store, getter)(flat[rows])):
             out[row] = value
     for row in np.flatnonzero(flat < 0):
         out[row] = empty if what == "texts" else dict(empty)
