@@ -1,5 +1,5 @@
 """
-realm-hf's Trainers write and upload no pickle (issue 27: "no pickle in anything a user downloads"): checkpoints hold
+realm-hf's Trainers write and upload no pickle ("no pickle in anything a user downloads"): checkpoints hold
 the arguments as JSON and the optimizer, scheduler and RNG states as safetensors, the pushes made during training
 (`hub_strategy`) upload none of transformers' `torch.save` files, and a run resumed from such a checkpoint ends where
 an uninterrupted one does.

@@ -129,7 +129,7 @@ def test_from_pretrained_repo_id_offline_from_cache(saved, tmp_path):
 
 
 def test_pretraining_from_pretrained_repo_id_loads_its_corpus_as_open_qa_does(saved, tmp_path):
-    """Issue 24: RealmForPreTraining.from_pretrained(repo_id) fetched the weights but left the corpus behind."""
+    """RealmForPreTraining.from_pretrained(repo_id) fetches the corpus with the weights, not the weights alone."""
     from realm_hf import RealmForPreTraining
 
     model, tokenizer, _ = saved
@@ -216,7 +216,7 @@ def test_reference_to_a_dataset_repo_is_followed(saved, tmp_path):
 
 
 def test_a_downloaded_repo_cannot_reference_a_local_directory(saved, tmp_path):
-    """A Hub repo whose config names a directory of this machine as its retriever is refused (issue 13, defect 1)."""
+    """A Hub repo whose config names a directory of this machine as its retriever is refused."""
     _, _, path = saved
     cache = str(tmp_path / "cache")
     bare = tmp_path / "bare"
@@ -601,7 +601,7 @@ def test_push_corpus_to_hub_in_a_subfolder(saved, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("reference", ["absolute", "../", "relative to the working directory"])
 def test_a_local_model_does_not_follow_a_local_corpus_reference_unasked(saved, tmp_path, monkeypatch, reference):
-    """Issue 25: `retriever_repo_id` naming another corpus on disk made a local model answer from it silently."""
+    """A `retriever_repo_id` naming another corpus on disk never makes a local model answer from it silently."""
     _, _, path = saved
     model_dir = tmp_path / "models" / "bare"
     shutil.copytree(path, model_dir, ignore=shutil.ignore_patterns("retriever"))

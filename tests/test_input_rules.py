@@ -1,4 +1,4 @@
-"""Bad input at every entry point (issue 13): undecodable text, bad items in a batch, question types, and messages.
+"""Bad input at every entry point: undecodable text, bad items in a batch, question types, and messages.
 
 The rules live in `realm_hf.text.user_text`; these tests check that `answer()`, the pipeline, `realm-hf ask`, `realm-hf
 train`/`index`, the Open-QA collator and evaluation, and corpus building all follow them. The tiny model is the one of

@@ -1,4 +1,4 @@
-"""realm-hf's progress bars obey every switch of the Hugging Face libraries (issue 14, item 2).
+"""realm-hf's progress bars obey every switch of the Hugging Face libraries.
 
 Each case runs realm-hf's real bars, "Embedding blocks" (`embed_blocks`, which corpus building and re-indexing use)
 and "Evaluating" (`evaluate_openqa`), on the tiny model of test_pipeline.py and reads what reached stderr: with no
@@ -43,7 +43,7 @@ def _all_switches_on():
 
 @pytest.fixture
 def restore_switches():
-    # Every case starts from all switches on: a library used by an earlier test of the session (not realm-hf, which
+    # Every case starts from all switches on: a library used by an earlier test of the same run (not realm-hf, which
     # restores what it turns off) may have left one off.
     _all_switches_on()
     yield
