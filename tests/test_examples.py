@@ -221,6 +221,7 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
         "--max-block-length", "48", "--retriever-steps", "2", "--retriever-batch-size", "4",
         "--reader-steps", "2", "--reader-batch-size", "4", "--openqa-steps", "1", "--openqa-batch-size", "2",
         "--searcher-beam", "4", "--eval-questions", "4", "--show", "2",
+        "--written-train", os.path.join(wiki, "written_train.jsonl"),
     ]  # fmt: skip
     assert demo_wikipedia.main(argv) == 0
     out = capsys.readouterr().out
