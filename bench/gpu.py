@@ -290,7 +290,7 @@ def training_rows(args, device: torch.device) -> list[list[str]]:
 
 
 def faiss_rows(args) -> list[list[str]]:
-    from realm_hf.retrieval import index as faiss_utils
+    from realm_hf.retrieval import faiss_ops as faiss_utils
 
     setting = f"Flat, {args.faiss_vectors:,} x 128, {args.faiss_queries:,} queries, k=5"
     if not faiss_utils.faiss_gpu_available():
