@@ -9,10 +9,10 @@ readers and the legacy retriever API. The tiny model is the one of test_pipeline
 import numpy as np
 import pytest
 import torch
-from test_pipeline import QUESTIONS, build_tiny_model
 
 import realm_hf
 from realm_hf.training.openqa import DataCollatorForOpenQA, check_training_questions
+from tests.support.tiny_model import QUESTIONS, build_tiny_model
 
 NO_CONTENT = "has no content word the model's vocabulary knows"
 

@@ -8,22 +8,11 @@ a non-Open-QA model given to the pipeline, and question embeddings or texts of t
 import pytest
 import torch
 import transformers
-from test_pipeline import build_tiny_model
 
 import realm_hf
 from realm_hf import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, RealmReader, RealmScorer
 from realm_hf.metrics import answer_recall_at_k, compute_qa_metrics, exact_match_score, recall_at_k
 from realm_hf.retrieval.retriever import RealmRetriever
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tiny")
-    model, tokenizer = build_tiny_model(str(tmp))
-    path = tmp / "model"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return model, tokenizer, str(path)
 
 
 def tiny_config():

@@ -12,14 +12,14 @@ import os
 import shutil
 
 import pytest
-from test_pipeline import build_tiny_model
 
 from realm_hf.cli import load_train_config, main
 from realm_hf.cli.common import CLIError
 from realm_hf.cli.readers import load_documents, load_qa
+from tests.support.paths import LEGACY
+from tests.support.tiny_model import build_tiny_model
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LEGACY_EMBEDDER = os.path.join(HERE, "fixtures", "legacy", "embedder")
+LEGACY_EMBEDDER = os.path.join(LEGACY, "embedder")
 
 
 def run(*argv):

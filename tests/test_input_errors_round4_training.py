@@ -9,11 +9,11 @@ import logging
 import datasets
 import pytest
 import torch
-from test_pipeline import DOCS, build_tiny_model
-from test_warmups import arguments as warmup_arguments
 
 from realm_hf.training.openqa import BeamAnswerTally, RealmOpenQATrainer, evaluate_openqa
 from realm_hf.training.warmups import DataCollatorForReaderWarmup, RealmReaderTrainer
+from tests.support.tiny_model import DOCS, build_tiny_model
+from tests.training.test_warmups import arguments as warmup_arguments
 
 GOOD = {"question": ["who wrote unix?", "what is a compiler?"], "answers": [["Ken Thompson"], ["program"]]}
 

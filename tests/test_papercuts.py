@@ -11,9 +11,9 @@ import torch
 from transformers import TrainingArguments
 
 from realm_hf import RealmForOpenQA
+from tests.support.paths import EXAMPLES, LEGACY_OPENQA, SCRIPTS
+from tests.support.tiny_bert import save_tiny_bert
 
-HERE = os.path.dirname(__file__)
-LEGACY_OPENQA = os.path.join(HERE, "fixtures", "legacy", "openqa")
 QUESTIONS = [
     {"question": "What is the capital of France?", "answers": ["paris"]},
     {"question": "Who created the Python language?", "answers": ["guido van rossum", "guido"]},
@@ -37,17 +37,10 @@ def untrained_warnings(caplog):
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A BertForPreTraining directory (hidden 32, 2 layers) with the legacy fixture's vocabulary."""
-    from test_pretraining import tiny_bert_config
-    from transformers import BertForPreTraining
-
     from realm_hf import RealmTokenizer
 
-    path = tmp_path_factory.mktemp("tiny_bert")
     tokenizer = RealmTokenizer.from_pretrained(LEGACY_OPENQA)
-    torch.manual_seed(0)
-    BertForPreTraining(tiny_bert_config(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), tokenizer)
 
 
 def test_init_from_bert_records_an_untrained_reader_and_no_local_path(tiny_bert):
@@ -366,9 +359,8 @@ def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_pa
     import json
     import warnings
 
-    from hub_server import TOKEN, LocalHub, point_clients_at
-
     from realm_hf.training.openqa import RealmOpenQATrainer
+    from tests.support.hub_server import TOKEN, LocalHub, point_clients_at
 
     with LocalHub() as hub:
         point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
@@ -447,7 +439,7 @@ def test_answer_top_k_matches_the_pipeline():
 def test_reindex_callback_destroys_its_groups_and_two_processes_exit_five_times(tmp_path):
     import json
 
-    script = os.path.join(HERE, "scripts", "teardown_worker.py")
+    script = os.path.join(SCRIPTS, "teardown_worker.py")
     out = tmp_path / "teardown.json"
     env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
@@ -462,7 +454,7 @@ def test_reindex_callback_destroys_its_groups_and_two_processes_exit_five_times(
 
 
 def test_accelerate_example_warns_when_fewer_processes_start_than_asked():
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+    sys.path.insert(0, EXAMPLES)
     try:
         from finetune_openqa_accelerate import fewer_processes_than_asked
     finally:

@@ -12,13 +12,13 @@ import sys
 import datasets
 import huggingface_hub.utils
 import pytest
-from test_pipeline import DOCS, build_tiny_model
 from transformers.utils import logging as transformers_logging
 
 import realm_hf.progress
 from realm_hf.progress import PROGRESS_BAR_GROUP, progress_bars_enabled
 from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.training import evaluate_openqa
+from tests.support.tiny_model import DOCS, build_tiny_model
 
 SWITCHES = {
     "none": lambda: None,

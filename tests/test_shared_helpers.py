@@ -12,8 +12,7 @@ from realm_hf.models.pretraining_inputs import encode_blocks
 from realm_hf.retrieval.encoding import tokenize_blocks
 from realm_hf.retrieval.legacy import pickle_allowed
 from realm_hf.text.sentences import sentence_spans, split_sentences
-
-HERE = os.path.dirname(__file__)
+from tests.support.paths import CORPUS_VOCAB
 
 
 def test_atomic_write_keeps_old_content_on_error(tmp_path):
@@ -51,7 +50,7 @@ def test_one_sentence_rule():
 
 
 def test_block_tokenizer_matches_pretraining_encoding():
-    tokenizer = BertTokenizerFast(vocab_file=os.path.join(HERE, "fixtures", "corpus", "vocab.txt"))
+    tokenizer = BertTokenizerFast(vocab_file=CORPUS_VOCAB)
     titles, texts = ["paris", None], ["paris is the capital of france.", "the cat sat on the mat."]
     ours = tokenize_blocks(tokenizer, titles, texts, max_length=12, padding=True, return_tensors="pt")
     theirs = encode_blocks(tokenizer, titles, texts, 12)
