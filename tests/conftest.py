@@ -12,7 +12,8 @@ datasets.disable_caching()
 torch.set_num_threads(2)
 
 from tests.support.hub_server import TOKEN, LocalHub, point_clients_at  # noqa: E402
-from tests.support.paths import FIXTURES  # noqa: E402
+from tests.support.paths import FIXTURES, LEGACY_OPENQA  # noqa: E402
+from tests.support.tiny_bert import save_tiny_bert  # noqa: E402
 from tests.support.tiny_model import build_tiny_model, save_tiny_model  # noqa: E402
 
 
@@ -23,10 +24,19 @@ def fixtures_dir():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """`(model, tokenizer, saved directory)` of the tiny open-QA model (tests/support/tiny_model.py), one per module."""
+    """`(model, tokenizer, saved directory)` of the tiny open-QA model (support/tiny_model.py), one per module."""
     tmp = tmp_path_factory.mktemp("tiny")
     model, tokenizer = build_tiny_model(str(tmp))
     return model, tokenizer, save_tiny_model(model, tokenizer, tmp / "model")
+
+
+@pytest.fixture(scope="module")
+def legacy_vocab_bert(tmp_path_factory):
+    """A BertForPreTraining directory (hidden 32, 2 layers) with the legacy fixture's vocabulary, one per module."""
+    from realm_hf import RealmTokenizer
+
+    tokenizer = RealmTokenizer.from_pretrained(LEGACY_OPENQA)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), tokenizer)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Smoke test of `bench/learning_foldoc.py --only options` (issue 26): every option row runs end to end on a tiny BERT
+"""Smoke test of `bench/learning_foldoc.py --only options`: every option row runs end to end on a tiny BERT
 and a slice of the shipped FOLDOC extract, and the table prints one row per option; and the same rows on the Wikipedia
 main job (`bench/options_wikipedia.py`) from a tiny saved demo model."""
 

@@ -1,28 +1,19 @@
-"""The `realm-hf` command line: every subcommand on the tiny legacy fixture model and the test corpus.
+"""The `realm-hf` entry point: the console script, `--help` without torch, versions, usage errors and exit statuses.
 
-Commands run in-process through `main([...])` (fast: no interpreter start-up); one subprocess checks the installed
-console script. `push` and `convert <hub id>` run against the in-process Hub server of tests/hub_server.py (HTTP on
-127.0.0.1), and their offline errors with `HF_HUB_OFFLINE=1`; no test reaches the real Hub.
+Commands run in-process through `main([...])` (fast: no interpreter start-up); subprocesses check the installed
+console script and what a command imports. Each command has its own file beside this one (test_ask.py, test_train.py,
+...); `push` and `convert <hub id>` run against the in-process Hub server of tests/support/hub_server.py.
 """
 
-import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-import torch
 
-from realm_hf import RealmForOpenQA
-from realm_hf.cli import load_train_config, main
-from tests.support.cli import run
-from tests.support.paths import CORPUS_DOCUMENTS, EXAMPLES, LEGACY, LEGACY_OPENQA, REPO
-from tests.support.tiny_bert import save_tiny_bert
-
-EXAMPLE_CONFIG = os.path.join(EXAMPLES, "train_config_example.json")
-QUESTIONS = ["what is the capital of france?", "which country is paris in?", "where is the capital of england?"]
+from realm_hf.cli import main
+from tests.support.paths import LEGACY_OPENQA, REPO
 
 
 def test_console_script_help():
@@ -107,528 +98,19 @@ def test_usage_errors_exit_2(capsys):
 # ------------------------------------------------------------------------------------------------------ convert
 
 
-def test_convert_refuses_pickle_and_writes_nothing(tmp_path, capsys):
-    output = tmp_path / "out"
-    assert run("convert", LEGACY_OPENQA, output) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ")
-    assert "pickle" in err and "arbitrary code" in err and "--allow-pickle" in err
-    assert os.listdir(tmp_path) == []
-
-
-def test_converted_model_answers_exactly_as_legacy(converted, legacy_model):
-    files = [os.path.join(root, f) for root, _, names in os.walk(converted) for f in names]
-    assert os.path.isfile(converted / "model.safetensors")
-    assert os.path.isfile(converted / "retriever" / "index.faiss")
-    assert not [f for f in files if f.endswith((".bin", ".npy", ".pkl", ".pt", ".pth"))]
-    assert not [f for f in os.listdir(converted.parent) if f.startswith(".")]  # no temporary directories left
-    model = RealmForOpenQA.from_pretrained(converted).eval()
-    for got, expected in zip(model.answer(QUESTIONS), legacy_model.answer(QUESTIONS)):
-        assert got["answer"] == expected["answer"]
-        assert (got["start"], got["end"]) == (expected["start"], expected["end"])
-        assert got["block"]["block_id"] == expected["block"]["block_id"]
-        assert [b["block_id"] for b in got["retrieved"]] == [b["block_id"] for b in expected["retrieved"]]
-        assert got["score"] == pytest.approx(expected["score"], abs=1e-5)
-
-
-def test_convert_never_clobbers_without_overwrite(tmp_path, capsys):
-    output = tmp_path / "taken"
-    output.mkdir()
-    (output / "keep.txt").write_text("mine")
-    assert run("convert", os.path.join(LEGACY, "reader"), output) == 2
-    assert "--overwrite" in capsys.readouterr().err
-    assert os.listdir(output) == ["keep.txt"]
-    # A non-OpenQA legacy directory converts through AutoModel; --overwrite swaps the new directory in.
-    assert run("convert", os.path.join(LEGACY, "reader"), output, "--overwrite") == 0
-    assert not os.path.exists(output / "keep.txt")
-    from realm_hf import RealmReader
-
-    converted = RealmReader.from_pretrained(output)
-    reference = RealmReader.from_pretrained(os.path.join(LEGACY, "reader"))
-    assert os.path.isfile(output / "model.safetensors")
-    for key, value in reference.state_dict().items():
-        assert torch.equal(converted.state_dict()[key], value), key
-
-
-def test_convert_hub_id_offline_says_it_cannot(tmp_path, capsys):
-    assert run("convert", "google/realm-orqa-nq-openqa", tmp_path / "out", "--allow-pickle") == 2
-    err = capsys.readouterr().err
-    assert "HF_HUB_OFFLINE" in err and "local directory" in err
-    assert not os.path.exists(tmp_path / "out")
-
-
 # ---------------------------------------------------------------------------------------------------------- ask
-
-
-def test_ask_json_has_provenance(converted, legacy_model, capsys):
-    assert run("ask", *QUESTIONS[:2], "--model", converted, "--json", "--top-k", "2") == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["question"] for r in records] == [QUESTIONS[0]] * 2 + [QUESTIONS[1]] * 2
-    assert [r["rank"] for r in records] == [1, 2, 1, 2]
-    for record in records:
-        assert set(record) >= {"answer", "score", "start", "end", "block"}
-        block = record["block"]
-        assert set(block) >= {"id", "title", "text", "retrieval_score"}
-        assert block["text"][record["start"] : record["end"]] == record["answer"]
-    expected = legacy_model.answer(QUESTIONS[:2])
-    assert [r["answer"] for r in records if r["rank"] == 1] == [e["answer"] for e in expected]
-    assert [r["block"]["id"] for r in records if r["rank"] == 1] == [e["block"]["block_id"] for e in expected]
-
-
-def test_ask_text_from_file(converted, tmp_path, capsys):
-    questions = tmp_path / "questions.txt"
-    questions.write_text(f"{QUESTIONS[0]}\n\n{json.dumps({'question': QUESTIONS[1]})}\n")
-    assert run("ask", "--file", questions, "--model", converted) == 0
-    out = capsys.readouterr().out
-    assert out.count("Q: ") == 2 and out.count("A: ") == 2
-    assert "[source: (block 9)]" in out
-
-
-def test_ask_with_context_reads_only_the_context(converted, capsys):
-    context = "paris is the capital of france."
-    assert run("ask", "what is the capital of france?", "--context", context, "--model", converted, "--json") == 0
-    record = json.loads(capsys.readouterr().out)
-    assert record["block"]["block_id"] is None and record["block"]["text"] == context  # the context, no corpus block
-    assert context[record["start"] : record["end"]] == record["answer"]
-
-
-def test_ask_bad_input(converted, tmp_path, capsys):
-    assert run("ask", "   ", "--model", converted) == 2
-    assert "Empty question" in capsys.readouterr().err
-    assert run("ask", "why?", "--model", tmp_path / "missing") == 2
-    assert "does not exist" in capsys.readouterr().err
-    assert main(["--debug", "ask", "why?", "--model", str(tmp_path / "missing")]) == 2
-    assert "Traceback" in capsys.readouterr().err
-    # A legacy directory without --allow-pickle says how to get a usable model.
-    assert run("ask", "why?", "--model", LEGACY_OPENQA) == 2
-    assert "realm-hf convert" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------------- evaluate
 
 
-def test_evaluate_known_answers(converted, legacy_model, tmp_path, capsys):
-    predicted = [r["answer"] for r in legacy_model.answer(QUESTIONS)]
-    qa_file = tmp_path / "qa.jsonl"
-    rows = [
-        {"question": QUESTIONS[0], "answers": [predicted[0].upper(), "paris"]},  # EM after normalisation
-        {"question": QUESTIONS[1], "answers": "france"},  # retrieved at rank 1, not predicted
-        {"question": QUESTIONS[2], "answers": ["london"]},  # never retrieved
-    ]
-    qa_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    metrics_file = tmp_path / "metrics.json"
-    predictions = tmp_path / "predictions.jsonl"
-    assert (
-        run(
-            "evaluate",
-            qa_file,
-            "--model",
-            converted,
-            "--ks",
-            1,
-            2,
-            50,
-            "--output",
-            metrics_file,
-            "--predictions",
-            predictions,
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "exact_match" in out and "recall@1" in out
-    metrics = json.loads(metrics_file.read_text())
-    assert metrics["exact_match"] == pytest.approx(100 / 3)
-    assert metrics["num_questions"] == 3
-    # Top blocks: q0 -> [9 "france is a country ...", 0 "paris is the capital ..."]; q1 -> block 9 (has "france").
-    assert metrics["recall@1"] == pytest.approx(2 / 3)
-    assert metrics["recall@2"] == pytest.approx(2 / 3)
-    assert "recall@50" not in metrics  # more than the 12 blocks of the corpus
-    lines = [json.loads(line) for line in predictions.read_text().splitlines()]
-    assert [line["exact_match"] for line in lines] == [1.0, 0.0, 0.0]
-
-
-def test_evaluate_csv_and_missing_column(converted, tmp_path, capsys):
-    qa_file = tmp_path / "qa.csv"
-    with open(qa_file, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["q", "golds"])
-        writer.writerow([QUESTIONS[1], "europe|france"])
-    assert (
-        run(
-            "evaluate", qa_file, "--model", converted, "--question-column", "q", "--answers-column", "golds", "--ks", 1
-        )
-        == 0
-    )
-    assert "recall@1" in capsys.readouterr().out
-    assert run("evaluate", qa_file, "--model", converted) == 2
-    assert "no question column 'question'" in capsys.readouterr().err
-
-
 # -------------------------------------------------------------------------------------------------------- index
-
-
-def test_index_builds_corpus_and_attaches_it(converted, tmp_path, capsys):
-    from realm_hf.retrieval.retriever import RealmRetriever
-
-    corpus_dir = tmp_path / "corpus"
-    assert run("index", CORPUS_DOCUMENTS, "--model", converted, "--max-block-length", 32, "--output", corpus_dir) == 0
-    retriever = RealmRetriever.from_pretrained(corpus_dir)
-    with open(CORPUS_DOCUMENTS) as f:
-        documents = [json.loads(line) for line in f]
-    assert len(retriever) >= len(documents)
-    assert retriever.max_block_length == 32
-    assert "source" in retriever.corpus.column_names  # metadata columns are kept
-    assert set(retriever.corpus["title"]) == {d["title"] for d in documents}
-
-    # Not over an existing corpus without --overwrite.
-    assert run("index", CORPUS_DOCUMENTS, "--model", converted, "--output", corpus_dir) == 2
-    assert "--overwrite" in capsys.readouterr().err
-
-    # Attach to a copy of the model: it then answers from the new corpus, with titles as provenance.
-    model_dir = tmp_path / "model"
-    shutil.copytree(converted, model_dir)
-    assert run("index", CORPUS_DOCUMENTS, "--attach-to", model_dir, "--max-block-length", 32, "--overwrite") == 0
-    model = RealmForOpenQA.from_pretrained(model_dir)
-    assert len(model.retriever) == len(retriever)
-    capsys.readouterr()
-    assert run("ask", "who designed the torre alba lighthouse?", "--model", model_dir, "--json") == 0
-    record = json.loads(capsys.readouterr().out)
-    assert record["block"]["title"] in {d["title"] for d in documents}
-
-
-def test_index_csv_columns(converted, tmp_path, capsys):
-    docs = tmp_path / "docs.csv"
-    with open(docs, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["headline", "body", "url"])
-        writer.writerow(["Paris", "paris is the capital of france.", "http://a"])
-        writer.writerow(["Berlin", "berlin is the capital of germany.", "http://b"])
-    assert run("index", docs, "--model", converted, "--output", tmp_path / "c1") == 2
-    assert "no text column 'text'" in capsys.readouterr().err and not os.path.exists(tmp_path / "c1")
-    assert (
-        run(
-            "index",
-            docs,
-            "--model",
-            converted,
-            "--text-column",
-            "body",
-            "--title-column",
-            "headline",
-            "--max-block-length",
-            32,
-            "--output",
-            tmp_path / "c2",
-        )
-        == 0
-    )
-    from realm_hf.retrieval.retriever import RealmRetriever
-
-    retriever = RealmRetriever.from_pretrained(tmp_path / "c2")
-    assert retriever.corpus["title"] == ["Paris", "Berlin"]
-    assert retriever.corpus["url"] == ["http://a", "http://b"]
 
 
 # -------------------------------------------------------------------------------------------------------- train
 
 
-def test_index_bad_jsonl_names_file_and_line(converted, tmp_path, capsys):
-    documents = tmp_path / "docs.jsonl"
-    documents.write_text('{"title": "a", "text": "fine"}\n{"title": "b", "text": \n')
-    assert run("index", documents, "--model", converted, "--output", tmp_path / "out") == 2
-    assert f"{documents}, line 2: invalid JSON" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-
-
-def test_example_config_parses():
-    config = load_train_config(EXAMPLE_CONFIG)
-    assert config["task"] == "finetune"
-    assert os.path.isabs(config["train_file"]) and os.path.isabs(config["output_dir"])
-    assert "learning_rate" in config["training_args"]
-
-
-def test_train_finetune_with_lora_from_example_config(converted, tmp_path, capsys):
-    qa_file = tmp_path / "train.jsonl"
-    rows = [
-        {"question": "What is the capital of France?", "answers": ["paris"]},
-        {"question": "Which country is Paris in?", "answers": ["france", "europe"]},
-    ]
-    qa_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    output = tmp_path / "run"
-    overrides = {
-        "model": converted,
-        "train_file": qa_file,
-        "eval_file": qa_file,
-        "training_args.max_steps": 2,
-        "training_args.per_device_train_batch_size": 2,
-        "training_args.save_strategy": "no",
-        "training_args.use_cpu": "true",
-        "training_args.learning_rate": 0.01,
-        "lora.r": 2,
-    }
-    argv = ["train", EXAMPLE_CONFIG, "--output-dir", output]
-    for key, value in overrides.items():
-        argv += ["--set", f"{key}={value}"]
-    assert run(*argv) == 0
-    assert "eval_exact_match" in capsys.readouterr().out
-    results = json.loads((output / "train_results.json").read_text())
-    assert results["global_step"] == 2 and "eval_f1" in results and "eval_recall@1" in results
-    assert os.path.isfile(output / "adapter" / "adapter_model.safetensors")
-    model = RealmForOpenQA.from_pretrained(output)  # the merged model, with its retriever
-    assert model.retriever is not None and len(model.retriever) == 12
-    assert not any("lora" in name for name, _ in model.named_parameters())
-    assert model.answer(QUESTIONS[0])["answer"]
-
-
-def test_train_pretrain(tmp_path):
-    with open(CORPUS_DOCUMENTS) as f:
-        documents = [json.loads(line) for line in f][:6]
-    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in documents) + "\n")
-    config = {
-        "task": "pretrain",
-        "legacy_embedder": os.path.join(LEGACY, "embedder"),
-        "legacy_encoder": os.path.join(LEGACY, "encoder"),
-        "documents": "docs.jsonl",
-        "max_block_length": 24,
-        "train_from_corpus": True,
-        "masking": {"seed": 0},
-        "output_dir": "out",
-        "training_args": {"max_steps": 2, "per_device_train_batch_size": 2, "save_strategy": "no", "use_cpu": True},
-    }
-    path = tmp_path / "pretrain.json"
-    path.write_text(json.dumps(config))
-    assert run("train", path) == 0
-    from realm_hf.models.modeling_pretraining import RealmForPreTraining
-
-    model = RealmForPreTraining.from_pretrained(tmp_path / "out")  # output_dir is relative to the config file
-    assert model.retriever is not None and len(model.retriever) >= len(documents)
-    assert json.loads((tmp_path / "out" / "train_results.json").read_text())["global_step"] == 2
-    # realm-hf's pre-training card, with the arguments this run really used.
-    card = (tmp_path / "out" / "README.md").read_text()
-    assert "library_name: realm-hf" in card and "pipeline_tag: fill-mask" in card
-    assert "max_steps" in card and "generated_from_trainer" not in card
-
-
-def test_train_model_config_sets_training_settings_of_a_saved_model(converted, tmp_path, capsys):
-    """`model_config` with `model` was silently ignored; now its training settings apply and anything else is refused."""
-    qa_file = tmp_path / "train.jsonl"
-    qa_file.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["paris"]}) + "\n")
-    output = tmp_path / "run"
-    base = ["train", EXAMPLE_CONFIG, "--output-dir", output, "--set", f"model={converted}"]
-    base += ["--set", f"train_file={qa_file}", "--set", "eval_file=", "--set", "training_args.max_steps=1"]
-    base += ["--set", "training_args.save_strategy=no", "--set", "training_args.use_cpu=true"]
-    assert run(*base, "--set", "model_config.hidden_size=64") == 2
-    err = capsys.readouterr().err
-    assert "hidden_size cannot change a saved model" in err and "init_from_bert" in err
-    assert run(*base, "--set", "model_config.reader_beam_positive=maybe") == 2
-    assert "reader_beam_positive" in capsys.readouterr().err
-    assert run(*base, "--set", "model_config.answer_block_prior=bm25") == 2
-    assert "answer_block_prior" in capsys.readouterr().err
-    assert not output.exists()
-
-    saved = RealmForOpenQA.from_pretrained(converted).config
-    assert saved.reader_beam_positive is False and saved.searcher_beam_size != 4
-    assert saved.skip_answers_in_question is False and saved.answer_block_prior == "retrieval"
-    settings = ["--set", "model_config.reader_beam_positive=true", "--set", "model_config.searcher_beam_size=4"]
-    settings += ["--set", "model_config.skip_answers_in_question=true"]  # an answering setting, saved with the model
-    settings += ["--set", "model_config.answer_block_prior=rank"]
-    assert run(*base, *settings) == 0
-    trained = RealmForOpenQA.from_pretrained(output).config
-    assert trained.reader_beam_positive is True and trained.searcher_beam_size == 4
-    assert trained.skip_answers_in_question is True and trained.answer_block_prior == "rank"
-
-
-def test_train_config_errors(tmp_path, capsys):
-    path = tmp_path / "bad.yaml"
-    path.write_text("task: finetune\noutput_dir: out\nlerning_rate: 0.1\n")
-    assert run("train", path) == 2
-    assert "unknown config key(s) lerning_rate" in capsys.readouterr().err
-    path.write_text("task: finetune\noutput_dir: out\nmodel: does-not-exist/\ntrain_file: nope.jsonl\n")
-    assert run("train", path) == 2
-    err = capsys.readouterr().err
-    assert "train_file" in err and "does not exist" in err
-    assert run("train", tmp_path / "missing.yaml") == 2
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    """A BertForPreTraining directory (hidden 32, 2 layers) with the fixture corpus's wordpiece vocabulary."""
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), max_positions=256)
-
-
-@pytest.fixture(scope="module")
-def seeded_train(tiny_bert, tmp_path_factory):
-    """
-    `seeded_train(name, seed, **training_args)` runs `realm-hf train` from `init_from_bert` (fresh REALM heads),
-    evaluating before the first step (`eval_on_start`) and after the last unless `evaluate=False`, and returns
-    `(train_results.json, saved weights)`.
-    """
-    from safetensors.torch import load_file
-
-    root = tmp_path_factory.mktemp("seeded")
-    # One question per fixture document (its last sentence, answered by its title): 44 questions, so that metrics of
-    # two differently initialised models are very unlikely to coincide.
-    with open(CORPUS_DOCUMENTS) as f:
-        documents = [json.loads(line) for line in f]
-    qa_file = root / "qa.jsonl"
-    qa_file.write_text(
-        "".join(
-            json.dumps({"question": d["text"].rstrip(".").split(". ")[-1].lower(), "answers": [d["title"]]}) + "\n"
-            for d in documents
-        )
-    )
-
-    def train(name, seed, searcher_beam_size=4, evaluate=True, **training_args):
-        config = {
-            "init_from_bert": str(tiny_bert),
-            "model_config": {
-                "retriever_proj_size": 16,
-                "reader_seq_len": 96,
-                "max_block_length": 48,
-                "searcher_beam_size": searcher_beam_size,
-                "reader_beam_size": 2,
-            },
-            "documents": CORPUS_DOCUMENTS,
-            "max_block_length": 48,
-            "train_file": str(qa_file),
-            "eval_file": str(qa_file) if evaluate else None,
-            "output_dir": name,
-            "recall_ks": [1, 5, 20],
-            "seed": seed,
-            "training_args": {
-                "max_steps": 2,
-                "per_device_train_batch_size": 4,
-                "per_device_eval_batch_size": 64,
-                "learning_rate": 0.01,
-                "eval_on_start": evaluate,
-                "save_strategy": "no",
-                "use_cpu": True,
-                **training_args,
-            },
-        }
-        path = root / f"{name}.json"
-        path.write_text(json.dumps(config))
-        assert run("train", path) == 0
-        results = json.loads((root / name / "train_results.json").read_text())
-        return results, load_file(str(root / name / "model.safetensors"))
-
-    return train
-
-
-def _before(results):
-    """The metrics of the evaluation before the first step, as train_results.json reports them."""
-    first = results["evaluations"][0]
-    assert first["step"] == 0
-    return {k: v for k, v in first.items() if k.startswith("eval_")}
-
-
-def test_train_from_bert_initial_metrics_do_not_depend_on_unrelated_settings(seeded_train):
-    # The issue: same seed, only searcher_beam_size (a training-time setting) and max_steps differ. The fresh heads
-    # were built before any seed was set, so the metrics before the first step differed between the runs.
-    small, _ = seeded_train("beam4", seed=7, searcher_beam_size=4, max_steps=1)
-    large, _ = seeded_train("beam8", seed=7, searcher_beam_size=8, max_steps=2)
-    assert {"eval_exact_match", "eval_f1", "eval_recall@1", "eval_recall@5", "eval_recall@20"} <= set(_before(small))
-    assert _before(small) == _before(large)
-
-
-def test_train_from_bert_same_seed_same_metrics_and_weights(seeded_train):
-    first, first_weights = seeded_train("run1", seed=7)
-    second, second_weights = seeded_train("run2", seed=7)
-    assert first["global_step"] == 2 and [e["step"] for e in first["evaluations"]] == [0, 2]
-    assert first == second  # metrics before and after training, and the training loss
-    assert first_weights.keys() == second_weights.keys()
-    for key, value in first_weights.items():
-        assert torch.equal(value, second_weights[key]), key
-
-
-def test_train_from_bert_seed_sets_the_fresh_heads(seeded_train):
-    # With learning rate 0 the saved weights are the initial ones: another seed gives other fresh REALM heads (the
-    # retrieval projection, the reader's span scorer), while the weights copied from BERT stay the same.
-    seven = seeded_train("seed7", seed=7, evaluate=False, max_steps=1, learning_rate=0.0)[1]
-    eight = seeded_train("seed8", seed=8, evaluate=False, max_steps=1, learning_rate=0.0)[1]
-    seven_again = seeded_train("seed7-again", seed=7, evaluate=False, max_steps=1, learning_rate=0.0)[1]
-    fresh = [k for k in seven if k.startswith("embedder.cls.") or "qa_outputs" in k]
-    copied = [k for k in seven if "word_embeddings" in k]
-    assert fresh and copied
-    assert any(not torch.equal(seven[k], eight[k]) for k in fresh if seven[k].dim() > 1)
-    assert all(torch.equal(seven[k], eight[k]) for k in copied)
-    assert all(torch.equal(seven[k], seven_again[k]) for k in seven)
-
-
 # --------------------------------------------------------------------------------------------------------- push
-
-
-def _repo_files(hub, repo_type, repo_id):
-    repo = hub.repos[(repo_type, repo_id)]
-    return repo["commits"][repo["branches"]["main"]]
-
-
-def test_push_model_and_corpus_repo_through_a_local_hub(converted, legacy_model, local_hub):
-    assert run("push", converted, "--repo-id", "realm-test/cli", "--corpus-repo-id", "realm-test/cli-corpus") == 0
-    model_files = _repo_files(local_hub, "model", "realm-test/cli")
-    corpus_files = _repo_files(local_hub, "dataset", "realm-test/cli-corpus")
-    assert {"config.json", "model.safetensors", "README.md"} <= set(model_files)
-    assert not any(name.startswith("retriever/") for name in model_files)  # the corpus lives in the dataset repo
-    assert {"retriever_manifest.json", "index.faiss"} <= set(corpus_files)
-    config = json.loads(model_files["config.json"])
-    assert config["retriever_repo_id"] == "realm-test/cli-corpus" and config["retriever_revision"]
-    # The pushed model loads from the Hub (following the corpus reference) and answers as the legacy model does.
-    model = RealmForOpenQA.from_pretrained("realm-test/cli").eval()
-    assert [r["answer"] for r in model.answer(QUESTIONS)] == [r["answer"] for r in legacy_model.answer(QUESTIONS)]
-
-
-def test_convert_downloads_a_hub_checkpoint(local_hub, tmp_path, legacy_model):
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    api.create_repo("google-test/realm-tiny-openqa")
-    api.upload_folder(repo_id="google-test/realm-tiny-openqa", folder_path=LEGACY_OPENQA)
-    output = tmp_path / "converted"
-    assert run("convert", "google-test/realm-tiny-openqa", output, "--allow-pickle") == 0
-    model = RealmForOpenQA.from_pretrained(output).eval()
-    assert [r["answer"] for r in model.answer(QUESTIONS)] == [r["answer"] for r in legacy_model.answer(QUESTIONS)]
-
-
-def test_push_offline_is_a_clear_error(converted, capsys):
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: no Hub in tests
-    assert run("push", converted, "--repo-id", "me/realm-test", "--corpus-repo-id", "me/corpus") == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: Cannot push") and "HF_HUB_OFFLINE" in err
-
-
-def test_train_runs_the_warmups_before_fine_tuning(converted, tmp_path, capsys):
-    """`retriever_warmup` and `reader_warmup` run the library's warm-up recipes before Open-QA fine-tuning."""
-    qa_file = tmp_path / "train.jsonl"
-    rows = [
-        {"question": "What is the capital of France?", "answers": ["paris"], "doc_id": 0},
-        {"question": "Who created Python?", "answers": ["guido van rossum"], "doc_id": 3},
-    ]
-    qa_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    output = tmp_path / "run"
-    base = ["train", EXAMPLE_CONFIG, "--output-dir", output, "--set", f"model={converted}"]
-    base += ["--set", f"train_file={qa_file}", "--set", "eval_file=", "--set", "training_args.max_steps=1"]
-    base += ["--set", "training_args.save_strategy=no", "--set", "training_args.use_cpu=true"]
-    # A bad section is refused before anything trains.
-    assert run(*base, "--set", "reader_warmup.max_step=2") == 2
-    assert "Unknown reader_warmup option(s): max_step" in capsys.readouterr().err
-    assert run(*base, "--set", "retriever_warmup.max_steps=0") == 2
-    assert "retriever_warmup.max_steps must be a positive integer" in capsys.readouterr().err
-    # The message names the config key the user wrote, not the library's argument behind it.
-    assert run(*base, "--set", "reader_warmup.max_steps=1", "--set", "reader_warmup.negatives=-1") == 2
-    err = capsys.readouterr().err
-    assert "reader_warmup: `negatives` must be a positive integer, got -1" in err and "num_negatives" not in err
-    # The fixture corpus is lower case: no salient span to blank, so the reader reads the questions' own blocks.
-    warmups = ["--set", "retriever_warmup.max_steps=2", "--set", "retriever_warmup.learning_rate=0.01"]
-    warmups += ["--set", "reader_warmup.max_steps=2", "--set", "reader_warmup.learning_rate=0.01"]
-    warmups += ["--set", "retriever_warmup.train_sampling_strategy=group_by_length"]
-    warmups += ["--set", "reader_warmup.train_sampling_strategy=group_by_length"]
-    warmups += ["--set", "reader_warmup.keep_sentence=false", "--set", "reader_warmup.negatives=1"]
-    warmups += ["--set", "training_args.learning_rate=0"]  # so only the warm-ups move the weights
-    assert run(*base, *warmups) == 0
-    before, after = RealmForOpenQA.from_pretrained(converted), RealmForOpenQA.from_pretrained(output)
-    changed = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # noqa: E731
-    assert changed(before.embedder, after.embedder) and changed(before.reader, after.reader)
 
 
 def test_the_console_script_and_the_commands_share_their_exit_statuses():
@@ -646,3 +128,45 @@ def test_package_main_stays_the_entry_point_after_a_command_ran(tmp_path):
     assert realm_hf.cli.main(["-q", "evaluate", str(tmp_path / "missing.jsonl"), "--model", str(tmp_path)]) == 2
     assert realm_hf.cli.main is realm_hf_cli.main
     assert realm_hf.cli.main(["-q", "evaluate", str(tmp_path / "missing.jsonl"), "--model", str(tmp_path)]) == 2
+
+
+def test_an_unknown_option_suggests_the_close_one(capsys):
+    from realm_hf_cli import main
+
+    assert main(["ask", "who?", "--model", LEGACY_OPENQA, "--top_k", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --top_k" in err and "(did you mean --top-k?)" in err
+    assert "usage: realm-hf ask" in err  # the command's usage, not the top-level one
+    assert main(["evaluate", "qa.jsonl", "--model", LEGACY_OPENQA, "--answer-column", "a"]) == 2
+    assert "(did you mean --answers-column?)" in capsys.readouterr().err
+
+
+_NO_TORCH_PROBE = """
+import sys
+import realm_hf_cli
+status = realm_hf_cli.main(sys.argv[1:])
+print(status, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ask", "who?", "--model", "does-not-exist/"], "Model 'does-not-exist/' does not exist."),
+        (["evaluate", "missing.jsonl", "--model", "x"], "QA file 'missing.jsonl' does not exist."),
+        (["ask", "who?", "--model", "nobody/no-such-model"], "HF_HUB_OFFLINE is set"),
+        (["index", "missing.jsonl", "--model", "m", "--output", "o"], "Input 'missing.jsonl' does not exist."),
+    ],
+)
+def test_a_missing_path_is_reported_before_torch_is_imported(tmp_path, argv, message):
+    import realm_hf_cli
+
+    # This checkout's script (PYTHONPATH may be relative, and the probe runs in tmp_path), an empty Hub cache.
+    source = os.path.dirname(os.path.abspath(realm_hf_cli.__file__))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PYTHONPATH": source}
+    result = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH_PROBE, *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert message in result.stderr

@@ -241,3 +241,16 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     # A second run reuses the saved model and answers again.
     assert demo_wikipedia.main(argv[:6]) == 0
     assert "Reusing the model saved" in capsys.readouterr().out
+
+
+def test_accelerate_example_warns_when_fewer_processes_start_than_asked():
+    sys.path.insert(0, EXAMPLES)
+    try:
+        from finetune_openqa_accelerate import fewer_processes_than_asked
+    finally:
+        sys.path.pop(0)
+    # `accelerate launch --cpu --num_processes 2`: one process, MASTER_PORT set for the two asked, no WORLD_SIZE.
+    warning = fewer_processes_than_asked(1, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    assert warning and "only this one started" in warning and "--multi_gpu" in warning
+    assert fewer_processes_than_asked(1, {}) is None  # plain `python script.py`
+    assert fewer_processes_than_asked(2, {"MASTER_PORT": "29500", "WORLD_SIZE": "2"}) is None

@@ -202,7 +202,7 @@ def test_corpus_card(tiny):
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The card is realm-hf's wherever it is written (issue 14): huggingface_hub's ModelCard, the Trainer, config.json
+# The card is realm-hf's wherever it is written: huggingface_hub's ModelCard, the Trainer, config.json
 # --------------------------------------------------------------------------------------------------------------------
 
 QUESTIONS = [
@@ -410,7 +410,7 @@ def test_a_trust_remote_code_load_does_not_copy_realm_hf_source_on_the_next_save
 
 def test_which_code_runs_with_realm_hf_imported(tiny, tmp_path):
     """
-    Issue 25, as docs/hub.md now says: with `import realm_hf`, AutoConfig and AutoModel use the registered classes and
+    As docs/hub.md says: with `import realm_hf`, AutoConfig and AutoModel use the registered classes and
     never run the folder's realm_hf_auto.py; AutoTokenizer with `trust_remote_code=True` runs it (transformers prefers
     a tokenizer's `auto_map` to a registered class), and realm-hf's own file then gives realm-hf's RealmTokenizer.
     """

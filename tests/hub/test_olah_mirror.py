@@ -6,10 +6,10 @@ the cache huggingface_hub filled.
 Opt-in (`-m olah`): olah is not a realm-hf dependency and pulls in a web stack (fastapi, uvicorn, GitPython), so it
 lives in its own virtual environment. Point `OLAH_CLI` at its `olah-cli` (e.g. `python -m venv /opt/olah-venv &&
 /opt/olah-venv/bin/pip install olah`, then `OLAH_CLI=/opt/olah-venv/bin/olah-cli pytest -m olah
-tests/test_hub_olah.py`) or put `olah-cli` on PATH; without it, or without `git`, the test is skipped. olah serves
-repositories read-only (no uploads: the write path is tested against `LocalHub` in tests/test_hub.py), and answers a
-file missing from a mirrored repo with 401 `RepoNotFound` instead of 404 `EntryNotFound`, so it is used here only for
-repos that hold every file a load asks for.
+tests/hub/test_olah_mirror.py`) or put `olah-cli` on PATH; without it, or without `git`, the test is skipped. olah
+serves repositories read-only (no uploads: the write path is tested against `LocalHub` in
+tests/hub/test_repositories.py), and answers a file missing from a mirrored repo with 401 `RepoNotFound` instead of
+404 `EntryNotFound`, so it is used here only for repos that hold every file a load asks for.
 """
 
 import os

@@ -7,19 +7,18 @@ No test reaches the network. `HF_HUB_OFFLINE=1` (conftest.py) holds everywhere e
   `RealmForOpenQA.answer` and the pipeline.
 - The Hub over HTTP: no Hub-compatible server with an upload API installs from PyPI here (`hf-local-hub` 3.0.0 is a
   thin client whose server is a Go binary the wheel does not ship; `olah` is a read-only mirror, see
-  tests/test_hub_olah.py), so `LocalHub` (tests/hub_server.py) implements, in-process on 127.0.0.1, the part of the
-  Hub API that huggingface_hub calls: repo and branch creation, preupload answering `lfs` or `regular` as the Hub
-  does, the Git LFS batch API with its storage PUT and verify call, commits with inline and LFS files, repo info,
-  tree listing, card YAML validation, `resolve` downloads (LFS files as a redirect to storage) and the Bearer token
-  on every write call. Through it, with the real huggingface_hub and transformers clients: `push_to_hub` (model +
+  tests/hub/test_olah_mirror.py), so `LocalHub` (tests/support/hub_server.py) implements, in-process on 127.0.0.1, the
+  part of the Hub API that huggingface_hub calls: repo and branch creation, preupload answering `lfs` or `regular` as
+  the Hub does, the Git LFS batch API with its storage PUT and verify call, commits with inline and LFS files, repo
+  info, tree listing, card YAML validation, `resolve` downloads (LFS files as a redirect to storage) and the Bearer
+  token on every write call. Through it, with the real huggingface_hub and transformers clients: `push_to_hub` (model +
   tokenizer + Parquet corpus + FAISS index + manifest + card) uploads the weights, index and corpus through LFS ->
-  `from_pretrained(repo_id)` and `realm_hf.pipeline(repo_id)` answer identically; only `retriever/*` is fetched for
-  the retriever, pinned to one commit; the cache huggingface_hub filled then serves the model offline; a wrong token
-  is refused; a hand-edited README on the Hub keeps its text and metadata across pushes; pushes to a branch load
-  with `revision=`; a model repo referencing a corpus dataset repo (`push_corpus_to_hub` + `set_retriever_reference`)
-  loads it; a repo without a retriever loads without one, online (404) and offline (the cached "does not exist"
-  marker).
-  Not covered by it: Xet uploads (huggingface_hub takes them whenever `hf_xet` is installed; the tests set
+  `from_pretrained(repo_id)` and `realm_hf.pipeline(repo_id)` answer identically; only `retriever/*` is fetched for the
+  retriever, pinned to one commit; the cache huggingface_hub filled then serves the model offline; a wrong token is
+  refused; a hand-edited README on the Hub keeps its text and metadata across pushes; pushes to a branch load with
+  `revision=`; a model repo referencing a corpus dataset repo (`push_corpus_to_hub` + `set_retriever_reference`) loads
+  it; a repo without a retriever loads without one, online (404) and offline (the cached "does not exist" marker). Not
+  covered by it: Xet uploads (huggingface_hub takes them whenever `hf_xet` is installed; the tests set
   `HF_HUB_DISABLE_XET`, which makes the client take the LFS path), multipart LFS, rate limits, and anything the real
   server does differently from this subset.
 - The cache laid out by hand (`<cache>/models--org--name/snapshots/<commit>/` + `refs/main`) for offline loading
@@ -115,7 +114,7 @@ def test_from_pretrained_repo_id_offline_from_cache(tiny, tmp_path):
 
 
 def test_pretraining_from_pretrained_repo_id_loads_its_corpus_as_open_qa_does(tiny, tmp_path):
-    """Issue 24: RealmForPreTraining.from_pretrained(repo_id) fetched the weights but left the corpus behind."""
+    """RealmForPreTraining.from_pretrained(repo_id) fetched the weights but left the corpus behind."""
     from realm_hf import RealmForPreTraining
 
     model, tokenizer, _ = tiny
@@ -202,7 +201,7 @@ def test_reference_to_a_dataset_repo_is_followed(tiny, tmp_path):
 
 
 def test_a_downloaded_repo_cannot_reference_a_local_directory(tiny, tmp_path):
-    """A Hub repo whose config names a directory of this machine as its retriever is refused (issue 13, defect 1)."""
+    """A Hub repo whose config names a directory of this machine as its retriever is refused."""
     _, _, path = tiny
     cache = str(tmp_path / "cache")
     bare = tmp_path / "bare"
@@ -574,7 +573,7 @@ def test_push_corpus_to_hub_in_a_subfolder(tiny, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("reference", ["absolute", "../", "relative to the working directory"])
 def test_a_local_model_does_not_follow_a_local_corpus_reference_unasked(tiny, tmp_path, monkeypatch, reference):
-    """Issue 25: `retriever_repo_id` naming another corpus on disk made a local model answer from it silently."""
+    """`retriever_repo_id` naming another corpus on disk made a local model answer from it silently."""
     _, _, path = tiny
     model_dir = tmp_path / "models" / "bare"
     shutil.copytree(path, model_dir, ignore=shutil.ignore_patterns("retriever"))

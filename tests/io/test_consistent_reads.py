@@ -46,7 +46,7 @@ def two_saves(tmp_path_factory):
 
 
 def test_loads_during_saves_of_another_process_each_see_one_save(two_saves):
-    """Issue 25: loads during a re-save had one save's weights with the other's retriever, or a "missing" error."""
+    """Loads during a re-save had one save's weights with the other's retriever, or a "missing" error."""
     root, expected = two_saves
     target = root / "target"
     RealmForOpenQA.from_pretrained(root / "a").save_pretrained(target, model_card=False)

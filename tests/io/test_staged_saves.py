@@ -66,7 +66,7 @@ def _save_read_by_each_reader(target):
     """
     Which save each reader sees first in a killed save's directory (each on its own copy, before any other reader
     completes the swap): the tokenizer alone, the retriever alone, the config, and then the model on that copy, which
-    must be the same save. Issue 25: a swap was completed by a model load only.
+    must be the same save. Every reader completes the swap, not only a model load.
     """
     seen = {}
     readers = {
@@ -283,7 +283,7 @@ def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
 
 @pytest.mark.parametrize("how", ["staging link", "entry folder link", "old-entries link"])
 def test_a_journal_whose_folders_lead_outside_is_refused_and_moves_nothing(tmp_path, how):
-    """Issue 25: a staging folder (or a folder on the way to an entry) that is a link out of the directory."""
+    """A staging folder (or a folder on the way to an entry) that is a link out of the directory."""
     from realm_hf.io.staged_saves import recover_interrupted_save
 
     model_dir, outside = tmp_path / "model", tmp_path / "outside"
@@ -365,7 +365,7 @@ def index_outputs(tmp_path_factory):
 
 
 def test_cli_output_killed_at_every_step_of_its_swap_is_the_old_or_the_new_one(index_outputs):
-    """Issue 25: killed between its two renames, `index --overwrite` left no OUT (old and new in hidden folders)."""
+    """Killed between its two renames, `index --overwrite` left no OUT (old and new in hidden folders)."""
     root = index_outputs
     target = root / "parent" / "OUT"
     shutil.rmtree(root / "parent", ignore_errors=True)

@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import torch
 
 from realm_hf.metrics import (
     REALM_QA_METRIC_PATH,
@@ -130,3 +131,87 @@ def test_evaluate_metric_matches_functions(monkeypatch):
     # One gold string per question is accepted too.
     single = metric.compute(predictions=["the Eiffel tower"], references=["Eiffel Tower"])
     assert single["exact_match"] == 100.0
+
+
+def test_answer_recall_refuses_one_text_per_question():
+    # Before: each string was sliced into characters, none holding the answer: recall 0.0 in silence.
+    with pytest.raises(TypeError, match="one list of block texts per question"):
+        answer_recall_at_k(["Paris is the capital of France"], [["Paris"]], ks=[1])
+
+
+def test_recall_reads_gold_ids_given_as_strings_tensors_or_none():
+    # Before: the gold id "12" was iterated into the ids {1, 2} (recall 0.0), and a 0-d tensor failed in torch with
+    # "iteration over a 0-d tensor".
+    assert recall_at_k([[12]], ["12"], ks=[1]) == {"recall@1": 1.0}
+    assert recall_at_k(torch.tensor([[3, 4]]), torch.tensor([4]), ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
+    assert recall_at_k([[3]], [None], ks=[1]) == {"recall@1": 0.0}
+    with pytest.raises(ValueError, match="gold block ids of question 0 must be integers"):
+        recall_at_k([[3]], ["Paris"], ks=[1])
+
+
+def test_recall_cut_offs_must_be_a_list_of_positive_integers():
+    # Before: `ks=5` failed with "'int' object is not iterable"; `ks=[1.5]` was cut to 1 in silence.
+    with pytest.raises(TypeError, match=r"list of cut-offs such as \[1, 5, 10\]"):
+        recall_at_k([[3]], [3], ks=5)
+    with pytest.raises(ValueError, match="positive integers"):
+        recall_at_k([[3]], [3], ks=[1.5])
+
+
+@pytest.mark.parametrize(
+    "predictions, references, error, message",
+    [
+        # Before: AttributeError: 'int' object has no attribute 'lower' (numeric answers from JSON).
+        ([1984], [["1984"]], TypeError, "The prediction must be a string, got int 1984"),
+        (["1984"], [[1984]], TypeError, "A gold answer must be a string, got int 1984"),
+        (["1984"], [None], TypeError, "A gold answer must be a string, got NoneType"),
+        # Before: one string of length 2 scored as two predictions "a" and "b" in silence.
+        ("ab", ["a", "b"], TypeError, "`predictions` must be a list"),
+    ],
+)
+def test_qa_metrics_refuse_answers_that_are_not_text(predictions, references, error, message):
+    with pytest.raises(error, match=message):
+        compute_qa_metrics(predictions, references)
+
+
+def test_exact_match_names_a_missing_prediction():
+    with pytest.raises(TypeError, match="The prediction must be a string, got NoneType"):
+        exact_match_score(None, ["x"])
+
+
+def _squad_v11_f1(prediction, ground_truth):
+    # SQuAD v1.1's official evaluate-v1.1.py `f1_score`, as published (normalisation aside), as the oracle.
+    import collections
+
+    from realm_hf.metrics import normalize_answer
+
+    prediction_tokens = normalize_answer(prediction).split()
+    ground_truth_tokens = normalize_answer(ground_truth).split()
+    common = collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [("", ""), ("the", "a"), ("", "dog"), ("dog", ""), ("dog dog dog", "dog"), ("Paris France", "Paris"), ("a", "b")],
+)
+def test_f1_matches_squad_v11_by_default(prediction, gold):
+    from realm_hf.metrics import compute_qa_metrics, f1_score
+
+    assert f1_score(prediction, [gold]) == pytest.approx(_squad_v11_f1(prediction, gold))
+    assert compute_qa_metrics([prediction], [[gold]])["f1"] == pytest.approx(100 * _squad_v11_f1(prediction, gold))
+
+
+def test_empty_answers_score_by_squad_v2_only_when_asked(monkeypatch):
+    from realm_hf.metrics import compute_qa_metrics, load_realm_qa_metric
+
+    assert compute_qa_metrics([""], [[""]]) == {"exact_match": 100.0, "f1": 0.0, "exact_match_count": 1, "total": 1}
+    assert compute_qa_metrics([""], [[""]], squad_v2=True)["f1"] == 100.0
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    metric = load_realm_qa_metric()
+    assert metric.compute(predictions=[""], references=[[""]])["f1"] == 0.0
+    assert metric.compute(predictions=[""], references=[[""]], squad_v2=True)["f1"] == 100.0

@@ -237,7 +237,7 @@ def test_lora_targets_follow_the_shared_names(tiny):
 
 
 def test_answer_pipeline_and_forward_cut_span_text_in_one_place(tiny, monkeypatch):
-    """Issue 24: `answer()` and the pipeline each cut span text from offsets; now `openqa_answers.span_text` does."""
+    """`answer()` and the pipeline each cut span text from offsets; now `openqa_answers.span_text` does."""
     from realm_hf.models import openqa_answers
 
     model, tokenizer = tiny[0], tiny[1]

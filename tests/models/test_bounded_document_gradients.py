@@ -2,7 +2,7 @@
 
 While the document embedder trains, `RealmForOpenQA` re-embeds only the top m blocks of each question's searcher
 beam with gradient and scores the rest of the beam with the index's stored embeddings. The model is the tiny legacy
-fixture of test_training.py (hidden 32, 2 layers, 12 blocks, searcher beam 6, reader beam 3).
+fixture of support/legacy_model.py (hidden 32, 2 layers, 12 blocks, searcher beam 6, reader beam 3).
 """
 
 import pytest

@@ -1,6 +1,7 @@
 """RealmForOpenQA: legacy equivalence through the retriever, batching, provenance, bad input."""
 
 import json
+import logging
 import os
 
 import pytest
@@ -8,9 +9,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
+import realm_hf
 from realm_hf import RealmForOpenQA
 from realm_hf.retrieval.retriever import RealmRetriever
+from tests.support.legacy_model import load_legacy_model
 from tests.support.paths import LEGACY_OPENQA
+from tests.support.tiny_model import QUESTIONS, build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +216,84 @@ def test_retriever_of_another_embedding_size_is_refused(model):
     model.set_retriever(right)
     assert model.retriever is right
     model.set_retriever(before)
+
+
+def test_nan_reader_weights_are_an_error_not_an_empty_answer(tmp_path):
+    model, _ = build_tiny_model(str(tmp_path))
+    with torch.no_grad():
+        model.reader.qa_outputs.dense_output.weight.fill_(float("nan"))
+    qa = realm_hf.pipeline("question-answering", model=model)
+    for call in (
+        lambda: model.answer(QUESTIONS[0]),
+        lambda: qa(QUESTIONS[0]),
+        lambda: qa(QUESTIONS[0], context="Unix was written by Ken."),
+    ):
+        with pytest.raises(ValueError, match="The reader's span scores are NaN"):
+            call()
+
+
+def untrained_warnings(caplog):
+    return [r for r in caplog.records if "reader was never trained" in r.getMessage()]
+
+
+def test_untrained_reader_warns_at_load_and_answer_and_in_card(legacy_vocab_bert, tmp_path, caplog):
+    from huggingface_hub import ModelCard
+
+    from realm_hf import RealmRetriever, RealmTokenizer
+    from realm_hf.models.initialization import init_from_bert
+
+    model = init_from_bert(
+        RealmForOpenQA, legacy_vocab_bert, retriever_proj_size=8, span_hidden_size=8, base_model="org/tiny-bert"
+    )
+    tokenizer = RealmTokenizer.from_pretrained(legacy_vocab_bert)
+    documents = [{"title": "Paris", "text": "Paris is the capital of France."}]
+    model.set_retriever(RealmRetriever.from_documents(documents, model.embedder, tokenizer, show_progress=False))
+    with caplog.at_level(logging.WARNING):
+        model.answer("what is the capital of france?")
+        model.answer("what is the capital of france?")
+    assert len(untrained_warnings(caplog)) == 1  # once per model, not once per call
+    model.save_pretrained(tmp_path / "m")
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert "reader was never trained" in card.text
+    assert card.data.base_model == "org/tiny-bert"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        reloaded = RealmForOpenQA.from_pretrained(tmp_path / "m")
+    assert reloaded.config.reader_trained is False
+    assert len(untrained_warnings(caplog)) == 1
+    caplog.clear()
+    import realm_hf
+
+    with caplog.at_level(logging.WARNING):
+        realm_hf.pipeline("question-answering", model=RealmForOpenQA.from_pretrained(tmp_path / "m"))
+    assert untrained_warnings(caplog)
+
+
+def test_legacy_checkpoint_counts_as_trained(caplog):
+    with caplog.at_level(logging.WARNING):
+        model = load_legacy_model()
+        model.answer("what is the capital of france?")
+    assert model.config.reader_trained is True
+    assert not untrained_warnings(caplog)
+
+
+def test_answer_top_k_matches_the_pipeline():
+    import realm_hf
+
+    model = load_legacy_model()
+    question = "what is the capital of france?"
+    best = model.answer(question)
+    top = model.answer(question, top_k=3)
+    piped = realm_hf.pipeline("question-answering", model=model)(question, top_k=3)
+    assert isinstance(top, list) and 1 <= len(top) <= 3
+    keys = ("answer", "score", "logit", "start", "end", "block")
+    assert [{k: a[k] for k in keys} for a in top] == [{k: a[k] for k in keys} for a in piped]
+    # The first of the top k is answer()'s best answer; texts are distinct, scores best first.
+    assert {k: top[0][k] for k in keys} == {k: best[k] for k in keys}
+    assert len({a["answer"].lower() for a in top}) == len(top)
+    assert [a["score"] for a in top] == sorted((a["score"] for a in top), reverse=True)
+    assert all(a["question"] == question and a["retrieved"] == best["retrieved"] for a in top)
+    batch = model.answer([question, "who created python?"], top_k=2)
+    assert len(batch) == 2 and all(isinstance(answers, list) for answers in batch)
+    with pytest.raises(ValueError, match="top_k"):
+        model.answer(question, top_k=0)

@@ -1,7 +1,7 @@
 """`config.reader_beam_positive`: training reads an answer-holding block from further down the searcher beam.
 
-The model is the tiny legacy fixture of test_training.py (hidden 32, 2 layers, 12 blocks, searcher beam 6, reader
-beam 3, dropout off); each question's answer is a word found only in a block ranked below the reader beam.
+The model is the tiny legacy fixture of support/legacy_model.py (hidden 32, 2 layers, 12 blocks, searcher beam 6,
+reader beam 3, dropout off); each question's answer is a word found only in a block ranked below the reader beam.
 """
 
 import re

@@ -1,8 +1,8 @@
 """`config.retriever_loss`: EMDR2, perplexity and attention distillation, checked against values computed by hand.
 
 Expected values are computed here with plain Python floats from the logits (and attentions) the model returns, never
-with `realm_hf.models.retriever_losses`. The model is the tiny legacy fixture of test_training.py (hidden 32, 2 layers, 12
-blocks, searcher beam 6, reader beam 3, dropout off).
+with `realm_hf.models.retriever_losses`. The model is the tiny legacy fixture of support/legacy_model.py (hidden 32,
+2 layers, 12 blocks, searcher beam 6, reader beam 3, dropout off).
 """
 
 import math

@@ -275,7 +275,7 @@ def test_failed_model_save_keeps_the_previous_save(saves, model_dir, monkeypatch
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Issue 25: every file a load reads, and the config written from the saved corpus
+# Every file a load reads, and the config written from the saved corpus
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -295,7 +295,7 @@ def test_top_level_files_linked_outside_are_refused_by_every_reader(saves, model
 
 
 def test_config_block_count_is_the_saved_corpus_even_with_documents_added_during_the_save(tmp_path, monkeypatch):
-    """Issue 25: documents added while a model saves made config.num_block_records disagree with the corpus."""
+    """Documents added while a model saves made config.num_block_records disagree with the corpus."""
     import threading
 
     import realm_hf.models.modeling_base as modeling_base

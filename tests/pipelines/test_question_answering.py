@@ -1,7 +1,6 @@
 """The REALM question-answering pipeline: answers with provenance, context reading, batching, and every entry point.
 
-`build_tiny_model` (a tiny RealmForOpenQA with a real corpus + FAISS index) is shared with test_hub.py and
-test_modelcard.py.
+The model is the tiny RealmForOpenQA of support/tiny_model.py (a real corpus and FAISS index).
 """
 
 import json
@@ -26,6 +25,7 @@ from realm_hf.pipelines import (
     register_pipeline,
     write_pipeline_module,
 )
+from tests.support.paths import LEGACY_OPENQA
 from tests.support.tiny_model import DOCS, QUESTIONS, assert_same_answers, save_tiny_model
 
 
@@ -421,7 +421,7 @@ def test_registration_is_idempotent(caplog):
 
 def test_pipeline_save_pretrained_round_trip(tiny, qa, tmp_path):
     qa.save_pretrained(tmp_path / "saved")
-    # No code copied: only realm_hf_auto.py, the auto_map's pointer to the installed realm-hf (test_modelcard.py).
+    # No code copied: only realm_hf_auto.py, the auto_map's pointer to the installed realm-hf (hub/test_cards.py).
     assert [name for name in os.listdir(tmp_path / "saved") if name.endswith(".py")] == ["realm_hf_auto.py"]
     reloaded = realm_hf.pipeline("question-answering", model=str(tmp_path / "saved"))
     for question in QUESTIONS:
@@ -598,3 +598,25 @@ def test_answer_block_prior_is_a_checked_saved_config_field(tmp_path):
     RealmConfig(answer_block_prior="rank").save_pretrained(tmp_path)
     assert RealmConfig.from_pretrained(tmp_path).answer_block_prior == "rank"
     assert RealmConfig().answer_block_prior == "retrieval"
+
+
+def test_question_too_long_to_read_with_a_context_is_a_clear_error(qa):
+    question = "who wrote unix " * 15  # 45 wordpieces: [CLS] q [SEP] [SEP] leaves no room in 48
+    with pytest.raises(ValueError, match=r"has 45 wordpieces.*reader_seq_len=48.*at most 44"):
+        qa(question, context="Unix was written by Ken.")
+    assert qa("who wrote unix " * 14 + "?", context="Unix was written by Ken.")["answer"]
+
+
+def test_pipeline_names_a_realm_model_that_cannot_answer(tiny):
+    model, tokenizer, _ = tiny
+    # Before: transformers' "The task question-answering has been removed from transformers".
+    with pytest.raises(ValueError, match="got a RealmReader"):
+        realm_hf.pipeline("question-answering", model=model.reader, tokenizer=tokenizer)
+
+
+def test_pipeline_without_a_retriever_says_what_is_missing():
+    import realm_hf
+
+    model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, load_retriever=False)
+    with pytest.raises(ValueError, match=r"no retriever \(no corpus and index attached.*set_retriever"):
+        realm_hf.pipeline("question-answering", model=model)

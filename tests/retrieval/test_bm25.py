@@ -1,7 +1,7 @@
 """Hybrid retrieval: a BM25 index (`bm25s`, `realm_hf.retrieval.bm25`) beside the dense one, `RealmRetriever.use_bm25`.
 
-Skipped where `bm25s` (the `hybrid` extra) is not installed. The model is the tiny legacy fixture of test_training.py
-(12 blocks); expected values are computed here from the blocks' texts and stored embeddings.
+Skipped where `bm25s` (the `hybrid` extra) is not installed. The model is the tiny legacy fixture of
+support/legacy_model.py (12 blocks); expected values are computed here from the blocks' texts and stored embeddings.
 """
 
 import os
@@ -216,3 +216,14 @@ def test_evaluation_recall_counts_what_the_hybrid_retriever_returns():
     assert expected != dense_only  # the case tells the two apart
     result = evaluate_openqa(model, datasets.Dataset.from_list(rows), recall_ks=(1, k), show_progress=False)
     assert result[f"recall@{k}"] == pytest.approx(expected)
+
+
+def test_hybrid_search_refuses_question_texts_of_the_wrong_kind(tiny):
+    hybrid = tiny[0].retriever.use_bm25()
+    queries = torch.randn(2, 16)
+    # Before: "ab" was two questions, "a" and "b", searched in silence.
+    with pytest.raises(TypeError, match="not one string"):
+        hybrid.search(queries, k=2, questions="ab")
+    # Before: AttributeError: 'NoneType' object has no attribute 'lower', inside bm25s.
+    with pytest.raises(TypeError, match="Question text 0 is a NoneType"):
+        hybrid.search(queries, k=2, questions=[None, "lisp"])

@@ -71,3 +71,11 @@ def test_the_search_output_carries_the_token_ids_of_its_blocks():
     assert swapped.block_ids[:, 0].tolist() == out.block_ids[:, 1].tolist()
     assert torch.equal(swapped.block_token_ids[:, 0], out.block_token_ids[:, 1])
     assert swapped.blocks[0][0] == out.blocks[0][1]
+
+
+@pytest.mark.parametrize("bad", [None, "who wrote unix?"])
+def test_search_names_question_embeddings_that_are_no_numbers(tiny, bad):
+    # Before: None became a NaN vector, refused as "the question embedder's weights have diverged"; a string failed
+    # with numpy's "could not convert string to float".
+    with pytest.raises(TypeError, match="the query embedder's `projected_score`"):
+        tiny[0].retriever.search(bad, k=2)

@@ -207,7 +207,7 @@ def test_the_answers_html_escapes_corpus_text_and_marks_the_span():
 
 
 def test_serve_help_imports_nothing_heavy():
-    # As for every command (tests/test_cli.py): `--help` answers before torch, realm_hf or gradio is imported.
+    # As for every command (tests/cli/test_cli.py): `--help` answers before torch, realm_hf or gradio is imported.
     probe = (
         "import contextlib, io, sys\n"
         "from realm_hf_cli import main\n"

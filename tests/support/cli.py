@@ -5,3 +5,6 @@ from realm_hf.cli import main
 
 def run(*argv):
     return main(["-q", *map(str, argv)])
+
+
+QUESTIONS = ["what is the capital of france?", "which country is paris in?", "where is the capital of england?"]

@@ -1,6 +1,6 @@
 """
 `LocalHub`: an in-process HTTP server on 127.0.0.1 implementing the part of the Hugging Face Hub API that
-huggingface_hub (and so transformers and realm-hf) calls, for the tests of tests/test_hub.py.
+huggingface_hub (and so transformers and realm-hf) calls, for the tests of tests/hub/.
 
 What it implements, with the behaviour the clients rely on:
 

@@ -1,8 +1,8 @@
-"""Bad input at every entry point (issue 13): undecodable text, bad items in a batch, question types, and messages.
+"""Bad input at every entry point: undecodable text, bad items in a batch, question types, and messages.
 
 The rules live in `realm_hf.text.user_text`; these tests check that `answer()`, the pipeline, `realm-hf ask`, `realm-hf
 train`/`index`, the Open-QA collator and evaluation, and corpus building all follow them. The tiny model is the one of
-test_pipeline.py (hidden 32, 2 layers, 6 blocks, `max_position_embeddings=64`).
+support/tiny_model.py (hidden 32, 2 layers, 6 blocks, `max_position_embeddings=64`).
 """
 
 import io
@@ -10,6 +10,7 @@ import json
 import sys
 
 import datasets
+import numpy as np
 import pytest
 import torch
 
@@ -309,3 +310,62 @@ def test_duplicate_doc_ids_are_refused_at_build_and_add(tiny):
     assert len(retriever) == 2
     retriever.remove_documents("a")
     assert retriever.store.texts([1]) == ["two"] and len(retriever) == 1
+
+
+NO_CONTENT = "has no content word the model's vocabulary knows"
+
+
+# '?' is in the tiny vocabulary, Hebrew is not ([UNK]); [MASK] [SEP] [CLS] are special tokens.
+@pytest.mark.parametrize("question", ["???", "?", "\u05de\u05d4 \u05d6\u05d4 ?", "[MASK] [SEP] [CLS]", "[UNK] ?"])
+def test_questions_of_punctuation_and_special_tokens_are_refused(tiny, qa, question):
+    for call in (lambda: tiny[0].answer(question), lambda: qa(question)):
+        with pytest.raises(ValueError, match=NO_CONTENT):
+            call()
+
+
+def test_a_question_with_one_content_word_is_answered(tiny):
+    assert tiny[0].answer("unix ???")["answer"]
+
+
+def test_every_bad_question_is_named(tiny):
+    questions = [QUESTIONS[0]] + [""] * 7
+    with pytest.raises(ValueError) as err:
+        tiny[0].answer(questions)
+    message = str(err.value)
+    assert "7 of 8 questions cannot be answered" in message and "more" not in message
+    assert all(f"questions[{i}]" in message for i in range(1, 8))
+
+
+def test_past_a_hundred_positions_the_message_says_how_to_list_them(tiny):
+    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.text.user_text.question_problems\("):
+        tiny[0].answer([""] * 107)
+
+
+@pytest.mark.parametrize(
+    "context, message",
+    [
+        ("\x00\x00\x00", "Empty context"),
+        ("\u200b \x00", "Empty context"),
+        (b"Unix is an operating system.", r"A context must be a string, got bytes \(decode bytes first"),
+        (3, "A context must be a string, got int"),
+    ],
+)
+def test_contexts_that_are_no_text_are_refused(qa, context, message):
+    with pytest.raises(ValueError, match=message):
+        qa(QUESTIONS[0], context=context)
+
+
+def test_k_top_k_and_num_blocks_take_numpy_integers_and_refuse_bools_floats_and_zero(tiny, qa):
+    model = tiny[0]
+    retriever = model.retriever
+    query = torch.randn(1, retriever.embedding_dim)
+    for bad in (True, 2.7, 0):
+        with pytest.raises(ValueError, match=rf"`k` must be a positive integer, got {bad!r}"):
+            retriever.search(query, k=bad)
+        with pytest.raises(ValueError, match=rf"`top_k` must be a positive integer, got {bad!r}"):
+            qa(QUESTIONS[0], top_k=bad)
+        with pytest.raises(ValueError, match=rf"`num_blocks` must be a positive integer, got {bad!r}"):
+            model.answer(QUESTIONS[0], num_blocks=bad)
+    assert retriever.search(query, k=np.int64(2)).block_ids.shape == (1, 2)
+    assert len(qa(QUESTIONS[0], top_k=np.int64(2))) == 2
+    assert len(model.answer(QUESTIONS[0], num_blocks=np.int64(2))["retrieved"]) == 2

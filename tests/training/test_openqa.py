@@ -2,6 +2,7 @@
 
 import copy
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -9,14 +10,21 @@ import sys
 import datasets
 import pytest
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
 from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.retrieval.refresh import is_stale
 from realm_hf.training.callbacks import RealmReindexCallback
-from realm_hf.training.openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
-from tests.support.legacy_model import QUESTIONS, all_embeddings, make_model, training_args
+from realm_hf.training.openqa import (
+    BeamAnswerTally,
+    DataCollatorForOpenQA,
+    RealmOpenQATrainer,
+    check_training_questions,
+    evaluate_openqa,
+)
+from tests.support.legacy_model import QUESTIONS, all_embeddings, load_legacy_model, make_model, training_args
 from tests.support.paths import SCRIPTS
+from tests.support.tiny_model import DOCS, build_tiny_model
 
 
 def test_collator_batches_questions_and_answers():
@@ -404,3 +412,140 @@ def test_training_arguments_warn_when_bf16_would_be_emulated_on_the_cpu(tmp_path
     assert len(messages) == (0 if native else 1)
     if not native:
         assert "Set bf16 to false" in messages[0]
+
+
+def test_training_questions_without_content_fail_before_training(tiny):
+    dataset = __import__("datasets").Dataset.from_dict(
+        {"question": ["who wrote unix?", "\U0001f600", "???"], "answers": [["ken"], ["x"], ["y"]]}
+    )
+    with pytest.raises(ValueError, match=r"2 bad training question\(s\): record 2: .*no word.*record 3: .*no content"):
+        check_training_questions(dataset, tiny[1])
+    # The Trainer API without the recipe's check: the collator refuses the batch, nothing trains on it.
+    with pytest.raises(ValueError, match="no word the model's vocabulary knows"):
+        DataCollatorForOpenQA(tiny[1])([{"question": "\U0001f600", "answers": ["x"]}])
+
+
+GOOD = {"question": ["who wrote unix?", "what is a compiler?"], "answers": [["Ken Thompson"], ["program"]]}
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        # Before: the stock Trainer's "The model did not return a loss from the inputs" at the first step.
+        ({"question": GOOD["question"]}, "The training data has no 'answers' column"),
+        # Before: a bare KeyError: 'question' from the collator at the first step.
+        ({"q": GOOD["question"], "answers": GOOD["answers"]}, "The training data has no 'question' column"),
+        # Before: torch's "num_samples should be a positive integer value, but got num_samples=0".
+        ({"question": [], "answers": []}, "The training data is empty"),
+    ],
+)
+def test_openqa_trainer_refuses_data_it_cannot_train_on(tiny, tmp_path, data, message):
+    with pytest.raises(ValueError, match=message):
+        RealmOpenQATrainer(
+            model=tiny[0], args=training_args(tmp_path, max_steps=1), train_dataset=datasets.Dataset.from_dict(data)
+        )
+
+
+def test_openqa_trainer_checks_its_evaluation_data_too(tiny, tmp_path):
+    train = datasets.Dataset.from_dict(GOOD)
+    with pytest.raises(ValueError, match="The evaluation data has no 'answers' column"):
+        RealmOpenQATrainer(
+            model=tiny[0],
+            args=training_args(tmp_path, max_steps=1),
+            train_dataset=train,
+            eval_dataset=train.remove_columns("answers"),
+        )
+
+
+def test_openqa_trainer_accepts_good_data(tiny, tmp_path):
+    trainer = RealmOpenQATrainer(
+        model=tiny[0], args=training_args(tmp_path, max_steps=1), train_dataset=datasets.Dataset.from_dict(GOOD)
+    )
+    assert trainer.train().global_step == 1
+
+
+def test_evaluation_without_answers_names_the_column(tiny):
+    # Before: datasets' "Column 'answers' doesn't exist." with no word of which data or what to do.
+    with pytest.raises(ValueError, match="The evaluation data has no 'answers' column .* pass `answers_column`"):
+        evaluate_openqa(tiny[0], datasets.Dataset.from_dict({"question": GOOD["question"]}), show_progress=False)
+
+
+def test_beam_answer_tally_logs_the_share_and_warns_once_at_zero(caplog):
+    tally = BeamAnswerTally()
+    logs = {"loss": 1.0}
+    tally.log_into(logs)
+    assert "answer_in_beam" not in logs  # nothing counted yet
+    tally.add(torch.tensor([True, False]))
+    tally.add(torch.tensor([False, False]))
+    tally.log_into(logs)
+    assert logs["answer_in_beam"] == 0.25
+    eval_logs = {"eval_exact_match": 1.0}
+    tally.add(torch.tensor([True]))
+    tally.log_into(eval_logs)  # not a training log: left alone, the count kept
+    assert "answer_in_beam" not in eval_logs
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            logs = {"loss": 0.0}
+            tally.add(torch.tensor([False, False, False]))
+            tally.log_into(logs)
+    assert logs["answer_in_beam"] == 0.0
+    assert caplog.text.count("had a gold answer in its retrieved blocks, so the loss is 0") == 1
+
+
+@pytest.mark.parametrize(
+    "answers, share", [([["Ken Thompson"], ["machine code"]], 1.0), ([["zebra"], ["walrus"]], 0.0)]
+)
+def test_openqa_training_logs_how_many_beams_held_an_answer(tmp_path, answers, share):
+    # Every block is retrieved (beam = corpus), so the share is known without the model: answers in DOCS or not.
+    model = build_tiny_model(str(tmp_path))[0]
+    model.config.searcher_beam_size = len(DOCS)
+    args = training_args(tmp_path, max_steps=1)
+    data = datasets.Dataset.from_dict({"question": GOOD["question"], "answers": answers})
+    trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["answer_in_beam"] for entry in logged] == [share]
+    # Before, a run of answers absent from the corpus trained at loss 0 and said nothing.
+    assert (logged[0]["loss"] == 0.0) == (share == 0.0)
+
+
+def test_openqa_trainer_marks_the_reader_trained(tmp_path):
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    model = load_legacy_model()
+    model.config.reader_trained = False  # as after init_from_bert
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True,
+        disable_tqdm=True, save_strategy="no",
+    )  # fmt: skip
+    trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS[:2]))
+    trainer.train()
+    assert model.config.reader_trained is True
+
+
+def test_frozen_reader_is_not_marked_trained():
+    from realm_hf.training.openqa import mark_reader_trained
+
+    model = load_legacy_model()
+    model.config.reader_trained = False
+    model.reader.requires_grad_(False)
+    assert mark_reader_trained(model) is False and model.config.reader_trained is False
+    model.reader.requires_grad_(True)
+    assert mark_reader_trained(model) is True and model.config.reader_trained is True
+
+
+def test_reindex_callback_destroys_its_groups_and_two_processes_exit_five_times(tmp_path):
+    import json
+
+    script = os.path.join(SCRIPTS, "teardown_worker.py")
+    out = tmp_path / "teardown.json"
+    env = dict(os.environ, ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launcher += ["--main_process_port", "29523", "--num_machines", "1", "--mixed_precision", "no"]
+    launcher += ["--dynamo_backend", "no"]
+    # A hang at exit shows as the timeout.
+    result = subprocess.run([*launcher, script, str(out)], env=env, timeout=900, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["world_size"] == 2
+    assert report["after_close"] == [report["baseline"]] * 5  # each round's two gloo groups were destroyed

@@ -1,10 +1,11 @@
 """
-realm-hf's Trainers write and upload no pickle (issue 27: "no pickle in anything a user downloads"): checkpoints hold
+realm-hf's Trainers write and upload no pickle: checkpoints hold
 the arguments as JSON and the optimizer, scheduler and RNG states as safetensors, the pushes made during training
 (`hub_strategy`) upload none of transformers' `torch.save` files, and a run resumed from such a checkpoint ends where
 an uninterrupted one does.
 """
 
+import logging
 import os
 import shutil
 from concurrent.futures import Future
@@ -15,6 +16,7 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
+from realm_hf import RealmForOpenQA
 from realm_hf.training.openqa import RealmOpenQATrainer
 from realm_hf.training.saving import load_state, save_state
 from tests.support.legacy_model import QUESTIONS, load_legacy_model
@@ -226,3 +228,40 @@ def test_background_pushes_show_no_data_file_warning_and_upload_everything(tmp_p
     assert any(name.startswith("last-checkpoint/retriever/corpus/") for name in files)
     assert [str(w.message) for w in caught if "about to commit a data file" in str(w.message)] == [other]
     assert any("hidden for them" in record.getMessage() for record in caplog.records)
+
+
+def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_path, monkeypatch, caplog):
+    import json
+    import warnings
+
+    from realm_hf.training.openqa import RealmOpenQATrainer
+    from tests.support.hub_server import TOKEN, LocalHub, point_clients_at
+
+    with LocalHub() as hub:
+        point_clients_at(monkeypatch, hub.url, str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        model = load_legacy_model()
+        args = TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True,
+            disable_tqdm=True, save_strategy="no", hub_model_id="realm-test/trained",
+        )  # fmt: skip
+        trainer = RealmOpenQATrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS[:2]))
+        trainer.train()
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+            warnings.simplefilter("always")
+            logging.getLogger("realm_hf").setLevel(logging.INFO)
+            try:
+                trainer.push_to_hub()
+            finally:
+                logging.getLogger("realm_hf").setLevel(logging.NOTSET)
+        files = set(hub.files("realm-test/trained"))
+        reloaded = RealmForOpenQA.from_pretrained("realm-test/trained")
+        assert reloaded.retriever.corpus["text"] == model.retriever.corpus["text"]
+    assert "training_args.json" in files and "training_args.bin" not in files
+    # The corpus went up as Parquet shards, as model.push_to_hub writes it, and the repo loads.
+    corpus = [name for name in files if name.startswith("retriever/corpus/")]
+    assert any(name.endswith(".parquet") for name in corpus) and not any(name.endswith(".arrow") for name in corpus)
+    assert not any(name.endswith((".bin", ".pt", ".pkl", ".pickle", ".pth")) for name in files), files
+    assert not [w for w in caught if "about to commit a data file" in str(w.message)]
+    assert len([r for r in caplog.records if "corpus data file(s)" in r.getMessage()]) == 1
+    assert json.loads((tmp_path / "out" / "training_args.json").read_text())["max_steps"] == 1

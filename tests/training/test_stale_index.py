@@ -1,8 +1,9 @@
 """Living with a stale index: Atlas's re-ranking (`config.rerank_beam_size`), query-side-only fine-tuning as one
 switch, and the staleness recall logged by `RealmReindexCallback`.
 
-The model is the tiny legacy fixture of test_training.py (hidden 32, 2 layers, 12 blocks, searcher beam 6, reader
-beam 3, dropout off). The index goes stale by moving the document embedder's projection after the index was built.
+The model is the tiny legacy fixture of support/legacy_model.py (hidden 32, 2 layers, 12 blocks, searcher beam 6,
+reader beam 3, dropout off). The index goes stale by moving the document embedder's projection after the index was
+built.
 """
 
 import pytest

@@ -3,6 +3,7 @@ The two warm-up recipes before Open-QA fine-tuning (`realm_hf.training.warmups`)
 data, their collator and loss, and that each trains what it should and nothing else, on the tiny legacy fixture.
 """
 
+import logging
 import random
 
 import datasets
@@ -16,6 +17,7 @@ from realm_hf.training.recipes import reader_warmup_examples, reader_warmup_trai
 from realm_hf.training.warmups import (
     BLANK,
     DataCollatorForReaderWarmup,
+    RealmReaderTrainer,
     add_retrieved_negatives,
     blank_to_question,
     make_cloze_reading_examples,
@@ -23,6 +25,7 @@ from realm_hf.training.warmups import (
     retrieval_loss,
 )
 from tests.support.paths import LEGACY_OPENQA
+from tests.support.tiny_model import DOCS, build_tiny_model
 
 BLOCKS = [
     {
@@ -419,3 +422,70 @@ def test_reader_warmup_examples_with_negatives_keep_one_pass_and_need_the_model(
         reader_warmup_examples(retriever, questions, negatives=1)
     with pytest.raises(ValueError, match="max_examples"):
         reader_warmup_examples(retriever, questions, max_examples=0)
+
+
+WARMUP = {
+    "question": ["who wrote unix?"],
+    "context": ["Unix is an operating system written by Ken Thompson and Dennis Ritchie at Bell Labs."],
+    "answers": [["Ken Thompson"]],
+}
+
+
+@pytest.mark.parametrize(
+    "drop, message",
+    [
+        ("context", "The reader warm-up data has no 'context' column"),  # before: KeyError: 'context'
+        ("answers", "The reader warm-up data has no 'answers' column"),
+    ],
+)
+def test_reader_trainer_refuses_data_without_its_columns(tiny, tmp_path, drop, message):
+    data = datasets.Dataset.from_dict(WARMUP).remove_columns(drop)
+    collator = DataCollatorForReaderWarmup(tiny[0].retriever.tokenizer, max_length=48)
+    with pytest.raises(ValueError, match=message):
+        RealmReaderTrainer(
+            model=tiny[0].reader,
+            args=arguments(tmp_path, steps=1, batch=2),
+            train_dataset=data,
+            data_collator=collator,
+        )
+
+
+def test_reader_trainer_refuses_empty_data(tiny, tmp_path):
+    data = datasets.Dataset.from_dict({k: [] for k in WARMUP})
+    collator = DataCollatorForReaderWarmup(tiny[0].retriever.tokenizer, max_length=48)
+    with pytest.raises(ValueError, match="The reader warm-up data is empty"):
+        RealmReaderTrainer(
+            model=tiny[0].reader,
+            args=arguments(tmp_path, steps=1, batch=2),
+            train_dataset=data,
+            data_collator=collator,
+        )
+
+
+def test_warmup_examples_without_their_answer_are_said_and_counted(tiny, caplog):
+    collator = DataCollatorForReaderWarmup(tiny[0].retriever.tokenizer, max_length=48)
+    answered = {k: v[0] for k, v in WARMUP.items()}
+    unanswered = dict(answered, context="Unix is an operating system.")
+    with caplog.at_level(logging.WARNING):
+        collator([answered, answered])
+        assert collator.num_without_answer == 0 and "without its answer" not in caplog.text
+        batch = collator([answered, unanswered, unanswered])
+    assert collator.num_without_answer == 2
+    assert "without its answer in the first 48 wordpieces" in caplog.text and "who wrote unix?" in caplog.text
+    # Said once, counted after: a large file of them does not flood the log.
+    assert caplog.text.count("without its answer") == 1
+    assert batch["has_answers"].any(-1).tolist() == [True, False, False]
+
+
+def test_retriever_warmup_logs_how_many_beams_held_an_answer(tmp_path):
+    from realm_hf.training.recipes import retriever_warmup_trainer
+
+    model = build_tiny_model(str(tmp_path))[0]
+    model.config.searcher_beam_size = len(DOCS)
+    args = arguments(tmp_path, steps=1, batch=2)
+    data = datasets.Dataset.from_dict(
+        {"question": ["who wrote unix?", "what is a compiler?"], "answers": [["Ken Thompson"], ["zebra"]]}
+    )
+    trainer = retriever_warmup_trainer(model, args, data)
+    trainer.train()
+    assert [entry["answer_in_beam"] for entry in trainer.state.log_history if "loss" in entry] == [0.5]
