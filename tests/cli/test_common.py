@@ -15,7 +15,7 @@ def test_tokenizer_lookup_refuses_a_folder_without_vocabulary(tmp_path):
 
     # A plain BERT tokenizer config (not realm-hf's class) and no vocabulary file.
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer"}')
-    with pytest.raises(CLIError, match="has no tokenizer.json or vocab.txt"):
+    with pytest.raises(CLIError, match="no tokenizer.json or vocab.txt"):
         load_tokenizer(str(tmp_path))
 
 

@@ -24,7 +24,7 @@ def test_a_directory_given_as_the_question_file_is_named(tmp_path):
     from realm_hf.cli.common import CLIError
     from realm_hf.cli.readers import read_questions
 
-    with pytest.raises(CLIError, match="is a directory: give a file of questions"):
+    with pytest.raises(CLIError, match="is a directory.*give a file"):
         read_questions(file=str(tmp_path))
 
 
@@ -34,18 +34,18 @@ def test_null_document_text_names_file_and_record(tmp_path):
 
     path = tmp_path / "docs.jsonl"
     path.write_text('{"title": "a", "text": "one"}\n{"title": "b", "text": null}\n')
-    with pytest.raises(CLIError, match=rf"{path}: record 2: the text is missing \(null\)"):
+    with pytest.raises(CLIError, match=rf"{path}: record 2:.*null"):
         load_documents([str(path)])
 
 
 @pytest.mark.parametrize(
     "name, content, message",
     [
-        ("docs.jsonl", b"", "is empty: give a json file"),  # datasets answered with a bare StopIteration
+        ("docs.jsonl", b"", "is empty.*json"),  # datasets answered with a bare StopIteration
         ("docs.jsonl", b"\n  \n\n", "holds only blank lines"),
-        ("docs.csv", b"", "is empty: give a csv file"),
-        ("docs.csv", b"title,text\n", r"no records \(a header only\?\)"),  # datasets: 'Instruction "train" ...'
-        ("docs.parquet", b"", "is empty: give a parquet file"),
+        ("docs.csv", b"", "is empty.*csv"),
+        ("docs.csv", b"title,text\n", "no records.*header"),  # datasets: 'Instruction "train" ...'
+        ("docs.parquet", b"", "is empty.*parquet"),
     ],
 )
 def test_documents_file_without_records_is_named(tmp_path, name, content, message):
@@ -62,10 +62,10 @@ def test_documents_file_without_records_is_named(tmp_path, name, content, messag
 @pytest.mark.parametrize(
     "answers, message",
     [
-        (["ken", None], "line 1: an answer in the list is null"),  # graded against the answer "None"
-        ({"answer": "ken"}, "line 1: the answers are a mapping without 'text'"),  # graded against "answer"
-        ([True], "line 1: an answer is of type bool"),
-        ({"text": [["ken"]]}, "line 1: an answer is of type list"),
+        (["ken", None], "line 1:.*null"),  # graded against the answer "None"
+        ({"answer": "ken"}, "line 1:.*mapping.*'text'"),  # graded against "answer"
+        ([True], "line 1:.*bool"),
+        ({"text": [["ken"]]}, "line 1:.*list"),
     ],
 )
 def test_answers_of_the_wrong_type_name_the_line(tmp_path, answers, message):
@@ -81,7 +81,7 @@ def test_numeric_answers_of_a_csv_are_read_as_text(tmp_path):
     path.write_text("question,answers\nwhen was unix written?,1969\nwhen was python created?,1991\n")
     assert load_qa(str(path), "question", "answers")["answers"] == [["1969"], ["1991"]]
     path.write_text("question,answers,other\nwhen was unix written?,1969,x\nwhen was python created?,,y\n")
-    with pytest.raises(CLIError, match="record 2: no answer given"):
+    with pytest.raises(CLIError, match="record 2:.*no answer"):
         load_qa(str(path), "question", "answers")
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps({"question": "when was unix written?", "answers": {"text": 1969}}) + "\n")
@@ -105,8 +105,8 @@ def test_id_column_title_keeps_the_titles(docs):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"title_column": "text"}, "--text-column and --title-column both name the column 'text'"),
-        ({"id_column": "text"}, "--id-column names the text column 'text'"),
+        ({"title_column": "text"}, "--text-column.*--title-column.*'text'"),
+        ({"id_column": "text"}, "--id-column.*'text'"),
     ],
 )
 def test_one_column_for_text_and_title_or_id_is_refused(docs, kwargs, message):

@@ -481,7 +481,7 @@ def test_weights_pushed_beside_another_saves_index_are_refused_at_load(tiny, tmp
 
 def test_save_pretrained_corpus_format_is_checked_and_used(tiny, tmp_path):
     model = tiny[0]
-    with pytest.raises(ValueError, match="corpus_format must be 'arrow' or 'parquet'"):
+    with pytest.raises(ValueError, match="corpus_format.*'arrow'.*'parquet'"):
         model.save_pretrained(tmp_path / "bad", corpus_format="csv")
     assert not (tmp_path / "bad" / "model.safetensors").exists()
     model.save_pretrained(tmp_path / "pq", corpus_format="parquet", model_card=False)
@@ -586,7 +586,7 @@ def test_a_local_model_does_not_follow_a_local_corpus_reference_unasked(tiny, tm
     config = json.loads((model_dir / "config.json").read_text())
     config.update(retriever_repo_id=value)
     (model_dir / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="names a local path as its retriever.*RealmRetriever.from_pretrained"):
+    with pytest.raises(ValueError, match="local path.*RealmRetriever.from_pretrained"):
         RealmForOpenQA.from_pretrained(model_dir)
     # Asked for explicitly, it loads.
     model = RealmForOpenQA.from_pretrained(model_dir, retriever=RealmRetriever.from_pretrained(other))

@@ -145,7 +145,7 @@ def test_recall_reads_gold_ids_given_as_strings_tensors_or_none():
     assert recall_at_k([[12]], ["12"], ks=[1]) == {"recall@1": 1.0}
     assert recall_at_k(torch.tensor([[3, 4]]), torch.tensor([4]), ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
     assert recall_at_k([[3]], [None], ks=[1]) == {"recall@1": 0.0}
-    with pytest.raises(ValueError, match="gold block ids of question 0 must be integers"):
+    with pytest.raises(ValueError, match="question 0.*integers"):
         recall_at_k([[3]], ["Paris"], ks=[1])
 
 
@@ -161,9 +161,9 @@ def test_recall_cut_offs_must_be_a_list_of_positive_integers():
     "predictions, references, error, message",
     [
         # Before: AttributeError: 'int' object has no attribute 'lower' (numeric answers from JSON).
-        ([1984], [["1984"]], TypeError, "The prediction must be a string, got int 1984"),
-        (["1984"], [[1984]], TypeError, "A gold answer must be a string, got int 1984"),
-        (["1984"], [None], TypeError, "A gold answer must be a string, got NoneType"),
+        ([1984], [["1984"]], TypeError, "prediction.*string.*int 1984"),
+        (["1984"], [[1984]], TypeError, "gold answer.*string.*int 1984"),
+        (["1984"], [None], TypeError, "gold answer.*string.*NoneType"),
         # Before: one string of length 2 scored as two predictions "a" and "b" in silence.
         ("ab", ["a", "b"], TypeError, "`predictions` must be a list"),
     ],
@@ -174,7 +174,7 @@ def test_qa_metrics_refuse_answers_that_are_not_text(predictions, references, er
 
 
 def test_exact_match_names_a_missing_prediction():
-    with pytest.raises(TypeError, match="The prediction must be a string, got NoneType"):
+    with pytest.raises(TypeError, match="prediction.*string.*NoneType"):
         exact_match_score(None, ["x"])
 
 

@@ -6,11 +6,11 @@ import pytest
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("reader_beam_size", 0, r"`reader_beam_size` \(the number of retrieved blocks .*at least 1, got 0"),
-        ("reader_beam_size", -3, r"`reader_beam_size` .* at least 1, got -3"),
-        ("searcher_beam_size", 2.5, r"`searcher_beam_size` .* at least 1, got 2.5"),
-        ("max_span_width", 0, r"`max_span_width` \(the widest answer span.*at least 1, got 0"),
-        ("reader_seq_len", 3, r"`reader_seq_len` .* at least 10 .*max_span_width=10.*got 3"),
+        ("reader_beam_size", 0, r"`reader_beam_size`.*at least 1.*got 0"),
+        ("reader_beam_size", -3, r"`reader_beam_size`.*at least 1.*got -3"),
+        ("searcher_beam_size", 2.5, r"`searcher_beam_size`.*at least 1.*got 2.5"),
+        ("max_span_width", 0, r"`max_span_width`.*at least 1.*got 0"),
+        ("reader_seq_len", 3, r"`reader_seq_len`.*at least 10.*max_span_width=10.*got 3"),
     ],
 )
 def test_config_values_name_the_field(field, value, message):

@@ -65,7 +65,7 @@ def test_manifest_paths_cannot_leave_the_directory(saves, model_dir, field, valu
     value = value.replace("ABSOLUTE", str(saves / "b"))
     # The other save's files exist and are valid: without the check, the model would answer from them.
     _edit_manifest(model_dir, **{field: value}, files=None)
-    with pytest.raises(ValueError, match=f"retriever_manifest.json: the field '{field}' is .*outside its folder"):
+    with pytest.raises(ValueError, match=f"retriever_manifest.json.*'{field}'.*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
     with pytest.raises(ValueError, match=f"'{field}'"):
         RealmRetriever.from_pretrained(model_dir / "retriever")
@@ -98,14 +98,14 @@ def test_files_named_inside_saved_folders_cannot_leave_them(saves, model_dir):
     data["_data_files"] = [{"filename": "../../../b/retriever/corpus/data-00000-of-00001.arrow"}]
     state.write_text(json.dumps(data))
     _edit_manifest(model_dir, files=None)
-    with pytest.raises(ValueError, match="state.json: a data file is .*outside its folder"):
+    with pytest.raises(ValueError, match="state.json.*data file.*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
     shutil.copy(saves / "a" / "retriever" / "corpus" / "state.json", state)
     config = model_dir / "retriever" / "tokenizer" / "tokenizer_config.json"
     config.write_text(
         json.dumps({**json.loads(config.read_text()), "fast_tokenizer_files": ["../x/tokenizer.1.json"]})
     )
-    with pytest.raises(ValueError, match="fast_tokenizer_files.*outside its folder"):
+    with pytest.raises(ValueError, match="fast_tokenizer_files.*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
 
 
@@ -176,7 +176,7 @@ def test_corruption_in_place_is_detected(model_dir, relative):
     size = path.stat().st_size
     _invert(path, size // 2)
     assert path.stat().st_size == size
-    with pytest.raises(ValueError, match=f"{os.path.basename(relative)} is corrupt: its sha256 differs"):
+    with pytest.raises(ValueError, match=f"{os.path.basename(relative)} is corrupt.*sha256"):
         RealmForOpenQA.from_pretrained(model_dir)
 
 
@@ -213,7 +213,7 @@ def test_data_file_added_to_the_corpus_is_refused(saves, model_dir):
 def test_retriever_copied_from_another_save_is_detected(saves, model_dir):
     shutil.rmtree(model_dir / "retriever")
     shutil.copytree(saves / "b" / "retriever", model_dir / "retriever")
-    with pytest.raises(ValueError, match="come from different saves.*model.safetensors"):
+    with pytest.raises(ValueError, match="different saves.*model.safetensors"):
         RealmForOpenQA.from_pretrained(model_dir)
     # Even without checksums: the weights file B's retriever was saved with has other bytes ... of the same size,
     # so only the sha256 tells them apart; sizes alone pass (documented: verify_checksums=False trusts the files).
@@ -290,7 +290,7 @@ def test_top_level_files_linked_outside_are_refused_by_every_reader(saves, model
     shutil.move(model_dir / name, outside / name)
     os.symlink(outside / name, model_dir / name)
     for read in (RealmForOpenQA.from_pretrained, RealmConfig.from_pretrained, RealmTokenizer.from_pretrained):
-        with pytest.raises(ValueError, match=f"{name} leads to .*symbolic link to .*outside"):
+        with pytest.raises(ValueError, match=f"{name}.*symbolic link.*outside"):
             read(model_dir)
 
 

@@ -9,13 +9,13 @@ def test_tokenizer_without_vocabulary_names_the_missing_file(tiny, tmp_path):
 
     from realm_hf import RealmTokenizer
 
-    with pytest.raises(OSError, match=r"the folder .* has no tokenizer.json or vocab.txt.*every word would become"):
+    with pytest.raises(OSError, match="no tokenizer.json or vocab.txt"):
         RealmTokenizer.from_pretrained(tmp_path)
-    with pytest.raises(OSError, match=r"'google/realm-cc-news-pretrained-openqa' is not a local folder.*HF_HUB_OFF"):
+    with pytest.raises(OSError, match="'google/realm-cc-news-pretrained-openqa'.*local folder.*HF_HUB_OFFLINE"):
         RealmTokenizer.from_pretrained("google/realm-cc-news-pretrained-openqa")
     saved = tmp_path / "tokenizer"
     tiny[1].save_pretrained(saved)
     assert len(AutoTokenizer.from_pretrained(saved)) == len(tiny[1])
     (saved / "tokenizer.json").unlink()  # tokenizer_config.json names RealmTokenizer: AutoTokenizer resolves to it
-    with pytest.raises(OSError, match="has no tokenizer.json or vocab.txt"):
+    with pytest.raises(OSError, match="no tokenizer.json or vocab.txt"):
         AutoTokenizer.from_pretrained(saved)

@@ -248,7 +248,7 @@ def test_question_length_limit_is_a_parameter(qa):
 
 
 def test_unknown_parameter_is_refused(qa):
-    with pytest.raises(TypeError, match="Unknown arguments.*temperature.*It takes `top_k`"):
+    with pytest.raises(TypeError, match="Unknown.*temperature.*`top_k`"):
         qa(QUESTIONS[0], temperature=0.5)
 
 
@@ -265,7 +265,7 @@ def test_classic_options_with_a_meaning_for_realm_are_accepted(qa):
     assert qa(QUESTIONS[0], top_k=2, max_question_len=64) == reference
     with pytest.raises(ValueError, match="limit of 2"):
         qa(QUESTIONS[0], max_question_len=2)
-    with pytest.raises(ValueError, match="either `max_question_len` or `max_question_length`"):
+    with pytest.raises(ValueError, match="`max_question_len`.*`max_question_length`"):
         qa(QUESTIONS[0], max_question_len=8, max_question_length=8)
     # The whole vocabulary of the tiny model is whole words: aligning to words changes nothing here.
     assert qa(QUESTIONS[0], top_k=2, align_to_words=True) == reference
@@ -319,7 +319,7 @@ def test_a_datasets_dataset_with_a_context_column(qa):
 
 def test_a_dataset_without_a_question_column_or_with_splits_is_refused(qa):
     dataset = datasets.Dataset.from_dict({"query": QUESTIONS})
-    with pytest.raises(ValueError, match=r"no `question` column \(columns: \['query'\]\).*rename_column"):
+    with pytest.raises(ValueError, match=r"`question` column.*\['query'\].*rename_column"):
         qa(dataset)
     with pytest.raises(ValueError, match="pass one split"):
         qa(datasets.DatasetDict({"test": dataset}))
@@ -602,7 +602,7 @@ def test_answer_block_prior_is_a_checked_saved_config_field(tmp_path):
 
 def test_question_too_long_to_read_with_a_context_is_a_clear_error(qa):
     question = "who wrote unix " * 15  # 45 wordpieces: [CLS] q [SEP] [SEP] leaves no room in 48
-    with pytest.raises(ValueError, match=r"has 45 wordpieces.*reader_seq_len=48.*at most 44"):
+    with pytest.raises(ValueError, match="45 wordpieces.*reader_seq_len=48.*at most 44"):
         qa(question, context="Unix was written by Ken.")
     assert qa("who wrote unix " * 14 + "?", context="Unix was written by Ken.")["answer"]
 
@@ -610,7 +610,7 @@ def test_question_too_long_to_read_with_a_context_is_a_clear_error(qa):
 def test_pipeline_names_a_realm_model_that_cannot_answer(tiny):
     model, tokenizer, _ = tiny
     # Before: transformers' "The task question-answering has been removed from transformers".
-    with pytest.raises(ValueError, match="got a RealmReader"):
+    with pytest.raises(ValueError, match="RealmReader"):
         realm_hf.pipeline("question-answering", model=model.reader, tokenizer=tokenizer)
 
 
@@ -618,5 +618,5 @@ def test_pipeline_without_a_retriever_says_what_is_missing():
     import realm_hf
 
     model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, load_retriever=False)
-    with pytest.raises(ValueError, match=r"no retriever \(no corpus and index attached.*set_retriever"):
+    with pytest.raises(ValueError, match="no retriever.*set_retriever"):
         realm_hf.pipeline("question-answering", model=model)

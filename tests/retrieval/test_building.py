@@ -10,11 +10,11 @@ from realm_hf.retrieval.retriever import RealmRetriever
     "options, message",
     [
         # Before: numpy's "negative dimensions are not allowed" after the corpus was embedded.
-        ({"train_size": -1}, "`train_size` must be a positive integer"),
+        ({"train_size": -1}, "`train_size`.*positive integer"),
         # Before: "'<' not supported between instances of 'str' and 'int'" inside the block splitter.
-        ({"max_block_length": "64"}, "`max_block_length` must be an integer of at least 8"),
-        ({"batch_size": 0}, "`batch_size` must be a positive integer"),
-        ({"index": ""}, "`index` must be a FAISS factory string"),
+        ({"max_block_length": "64"}, "`max_block_length`.*at least 8"),
+        ({"batch_size": 0}, "`batch_size`.*positive integer"),
+        ({"index": ""}, "`index`.*FAISS factory string"),
     ],
 )
 def test_build_options_are_checked_before_any_document_is_read(options, message):
@@ -35,7 +35,7 @@ def test_from_documents_tries_the_index_factory_before_embedding(tiny, monkeypat
     model, tokenizer, _ = tiny
     monkeypatch.setattr(building, "split_and_embed", embed)
     # Before: FAISS refused the string only when the index was built, after every block was embedded.
-    with pytest.raises(IndexFactoryError, match="Invalid FAISS index factory string 'Nonsense'"):
+    with pytest.raises(IndexFactoryError, match="factory string 'Nonsense'"):
         RealmRetriever.from_documents(
             [{"text": "Unix was written at Bell Labs."}], model.embedder, tokenizer, index="Nonsense"
         )

@@ -16,18 +16,18 @@ def test_one_doc_id_type_per_corpus(tiny):
     from realm_hf.retrieval.retriever import RealmRetriever
 
     model, tokenizer, _ = tiny
-    with pytest.raises(ValueError, match=r"Documents 0 and 1 have doc_ids of different types \(str '3'"):
+    with pytest.raises(ValueError, match="Documents 0 and 1.*different types.*str '3'"):
         RealmRetriever.from_documents(
             [{"doc_id": 3, "text": "one"}, {"doc_id": "3", "text": "two"}], model.embedder, tokenizer, **BUILD
         )
-    with pytest.raises(ValueError, match=r"Document 0's doc_id is \[1\] \(list\): a doc_id is an integer or a str"):
+    with pytest.raises(ValueError, match=r"Document 0's doc_id.*\[1\] \(list\).*integer or a str"):
         RealmRetriever.from_documents([{"doc_id": [1], "text": "one"}], model.embedder, tokenizer, **BUILD)
     retriever = RealmRetriever.from_documents(
         [{"doc_id": np.int64(3), "text": "three"}, {"doc_id": 4, "text": "four"}], model.embedder, tokenizer, **BUILD
     )
-    with pytest.raises(ValueError, match=r"doc_id '3' is a str, but this corpus's doc_ids are integers.*int\('3'\)"):
+    with pytest.raises(ValueError, match=r"doc_id '3'.*str.*integers.*int\('3'\)"):
         retriever.add_documents([{"doc_id": "3", "text": "another three"}], model.embedder)
-    with pytest.raises(ValueError, match=r"doc_id '3' is a str, but this corpus's doc_ids are integers"):
+    with pytest.raises(ValueError, match="doc_id '3'.*str.*integers"):
         retriever.remove_documents("3")
     with pytest.raises(ValueError, match=r"doc_ids\[0\] is \[3\] \(list\)"):
         retriever.remove_documents([[3]])
@@ -36,7 +36,7 @@ def test_one_doc_id_type_per_corpus(tiny):
     assert retriever.store.texts(retriever.store.block_ids.tolist()) == ["four"]
 
     named = RealmRetriever.from_documents([{"doc_id": "a", "text": "one"}], model.embedder, tokenizer, **BUILD)
-    with pytest.raises(ValueError, match=r"doc_id 7 is a int, but this corpus's doc_ids are strings.*str\(7\)"):
+    with pytest.raises(ValueError, match=r"doc_id 7.*int.*strings.*str\(7\)"):
         named.add_documents([{"doc_id": 7, "text": "seven"}], model.embedder)
     assert len(named) == 1
 
@@ -59,12 +59,12 @@ def test_one_document_dict_is_not_read_as_columns(tiny):
         torch.randn(2, 16), ["unix is a system", "lisp is a language"], tokenizer=tokenizer
     )
     # Before: {"text": "hello there"} was a dict of columns: one document per character, 10 blocks added.
-    with pytest.raises(TypeError, match=r"For one document pass a list of dicts"):
+    with pytest.raises(TypeError, match="one document.*list of dicts"):
         retriever.add_documents({"text": "unix was written"}, model.embedder, show_progress=False)
     # Before: columns of different lengths were cut to the shortest by zip: one of two documents indexed.
     with pytest.raises(ValueError, match="different lengths"):
         retriever.add_documents({"text": ["unix", "lisp"], "title": ["Unix"]}, model.embedder, show_progress=False)
-    with pytest.raises(TypeError, match="`documents` must be a list of dicts"):
+    with pytest.raises(TypeError, match="`documents`.*list of dicts"):
         retriever.add_documents(None, model.embedder, show_progress=False)
     assert len(retriever) == 2
 

@@ -38,7 +38,7 @@ def test_damaged_corpora_are_refused_at_load(tiny, tmp_path):
     numbers = tmp_path / "numbers"
     retriever.save_pretrained(numbers)
     _rewrite_corpus(numbers, lambda c: c.map(lambda _, i: {"text": i}, with_indices=True, remove_columns=["text"]))
-    with pytest.raises(ValueError, match="The corpus's `text` column holds int64, not strings"):
+    with pytest.raises(ValueError, match="`text` column.*int64.*strings"):
         RealmRetriever.from_pretrained(numbers)
 
     short = tmp_path / "short"
@@ -47,7 +47,7 @@ def test_damaged_corpora_are_refused_at_load(tiny, tmp_path):
     _rewrite_corpus(
         short, lambda c: c.map(lambda row: {"embeddings": row["embeddings"][:8]}).cast_column("embeddings", unsized)
     )
-    with pytest.raises(ValueError, match="The corpus embeddings have dimension 8 but the index has 16"):
+    with pytest.raises(ValueError, match="embeddings.*dimension 8.*index.*16"):
         RealmRetriever.from_pretrained(short)
 
 

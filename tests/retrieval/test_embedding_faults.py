@@ -52,7 +52,7 @@ def test_from_embeddings_refuses_non_finite_rows_naming_the_blocks(index):
     vectors = structured_vectors(100, PROJ)
     vectors[[2, 5]] = np.nan
     vectors[7, 0] = np.inf
-    with pytest.raises(ValueError, match=r"3 of 100 block embeddings contain NaN or inf \(block ids \[2, 5, 7\]\)"):
+    with pytest.raises(ValueError, match=r"3 of 100 block embeddings.*NaN or inf.*\[2, 5, 7\]"):
         RealmRetriever.from_embeddings(vectors, [str(i) for i in range(100)], index=index)
 
 
@@ -66,10 +66,10 @@ def test_diverged_embedder_is_refused_by_every_way_into_an_index(tokenizer, valu
 
     retriever = RealmRetriever.from_documents(DOCUMENTS, embedder, tokenizer, **kwargs)
     before = all_embeddings(retriever).clone()
-    with pytest.raises(ValueError, match="3 of 3 block embeddings contain NaN or inf"):
+    with pytest.raises(ValueError, match="3 of 3 block embeddings.*NaN or inf"):
         embed_corpus(retriever, broken, show_progress=False)
     with (
-        pytest.raises(ValueError, match="1 of 1 block embeddings contain NaN or inf"),
+        pytest.raises(ValueError, match="1 of 1 block embeddings.*NaN or inf"),
         pytest.warns(UserWarning, match="different embedder"),
     ):
         retriever.add_documents(
@@ -85,7 +85,7 @@ def test_non_finite_question_embeddings_are_refused():
     retriever = RealmRetriever.from_embeddings(structured_vectors(10, PROJ), [str(i) for i in range(10)])
     queries = np.ones((3, PROJ), np.float32)
     queries[1, 4] = np.nan
-    with pytest.raises(ValueError, match=r"1 of 3 question embeddings contain NaN or inf \(rows \[1\]\).*diverged"):
+    with pytest.raises(ValueError, match=r"1 of 3 question embeddings.*NaN or inf.*rows \[1\].*diverged"):
         retriever.search(queries, k=2)
 
 

@@ -50,9 +50,9 @@ def test_flat_search_is_exact(retriever, embedder, tokenizer):
 
 
 def test_search_argument_errors(retriever):
-    with pytest.raises(ValueError, match=f"larger than the number of blocks in the corpus \\({len(retriever)}\\)"):
+    with pytest.raises(ValueError, match=f"larger than.*blocks.*\\({len(retriever)}\\)"):
         retriever.search(np.zeros((1, PROJ), np.float32), k=len(retriever) + 1)
-    with pytest.raises(ValueError, match=f"embedder of projection size {PROJ}"):
+    with pytest.raises(ValueError, match=f"projection size {PROJ}"):
         retriever.search(np.zeros((2, PROJ + 1), np.float32), k=2)
     with pytest.raises(ValueError, match="nprobe"):
         retriever.search(np.zeros((1, PROJ), np.float32), k=2, nprobe=4)

@@ -43,11 +43,11 @@ def test_save_load_round_trip(retriever, embedder, tokenizer, tmp_path, corpus_f
 
 def test_manifest_and_model_mismatch_errors(retriever, tokenizer, tmp_path):
     retriever.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=f"holds {PROJ}-d embeddings.*expects 32-d"):
+    with pytest.raises(ValueError, match=f"{PROJ}-d.*32-d"):
         RealmRetriever.from_pretrained(tmp_path, expected_dim=32)
     with pytest.raises(ValueError, match="projection size"):
         RealmRetriever.from_pretrained(tmp_path, embedder=TinyEmbedder(len(tokenizer), proj=8))
-    with pytest.raises(ValueError, match=f"has {len(retriever)} blocks but 7 were expected"):
+    with pytest.raises(ValueError, match=f"{len(retriever)} blocks.*7"):
         RealmRetriever.from_pretrained(tmp_path, expected_num_blocks=7)
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({**manifest, "num_blocks": len(retriever) + 1}))
@@ -81,13 +81,13 @@ def test_corrupt_or_foreign_index_gives_clear_error(retriever, tmp_path):
     index_path = tmp_path / INDEX_NAME
     size = index_path.stat().st_size
     index_path.write_bytes(np.random.default_rng(0).bytes(size))
-    with pytest.raises(ValueError, match="index.faiss is corrupt: its sha256 differs"):
+    with pytest.raises(ValueError, match="index.faiss is corrupt.*sha256"):
         RealmRetriever.from_pretrained(tmp_path)
     # Without the checksums (trusted files), FAISS's own checks still refuse the file clearly.
     with pytest.raises(ValueError, match="not a FAISS index.*from_documents"):
         RealmRetriever.from_pretrained(tmp_path, verify_checksums=False)
     index_path.write_bytes(b"IxM2" + np.random.default_rng(0).bytes(size - 4))
-    with pytest.raises(ValueError, match="could not be read as a FAISS index.*from_documents"):
+    with pytest.raises(ValueError, match="FAISS index.*from_documents"):
         RealmRetriever.from_pretrained(tmp_path, verify_checksums=False)
     good_prefix = faiss.serialize_index(retriever.store.index.index).tobytes()[: size // 2]
     index_path.write_bytes(good_prefix)
@@ -100,7 +100,7 @@ def test_corrupt_or_foreign_index_gives_clear_error(retriever, tmp_path):
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     del manifest["index_file_size"], manifest["files"]  # as an older manifest, without sizes or checksums
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match=f"8-d index but the manifest says {PROJ}"):
+    with pytest.raises(ValueError, match=f"8-d index.*manifest.*{PROJ}"):
         RealmRetriever.from_pretrained(tmp_path)
 
 
@@ -129,5 +129,5 @@ def test_failed_save_keeps_previous_corpus(retriever, tmp_path, monkeypatch):
 
 def test_hub_id_offline_gives_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(OSError, match="could not be downloaded from the Hub.*HF_HUB_OFFLINE"):
+    with pytest.raises(OSError, match="Hub.*HF_HUB_OFFLINE"):
         RealmRetriever.from_pretrained("realm-hf-tests/no-such-corpus")

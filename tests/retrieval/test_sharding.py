@@ -231,14 +231,14 @@ def test_one_process_holds_every_shard_and_searches_like_the_retriever(full_retr
     assert torch.equal(tokens, expected_tokens) and torch.equal(lengths, expected_lengths)
     # Ids that no search of this thread returned are looked up in the shards this process holds (here: all).
     assert sharded.texts(torch.tensor([0, 299, -1])) == full.store.texts(torch.tensor([0, 299, -1]))
-    with pytest.raises(ValueError, match="k=301 is larger than the number of blocks"):
+    with pytest.raises(ValueError, match="k=301.*number of blocks"):
         sharded.search(queries, 301)
 
 
 def test_corrupt_or_missing_shard_files_are_refused(full_retrievers, tmp_path):
     saved = tmp_path / "sharded"
     ShardedRealmRetriever.from_retriever(full_retrievers["Flat"], num_shards=2).save_pretrained(saved)
-    with pytest.raises(OSError, match="sharded retriever save: load it with `ShardedRealmRetriever.from_pretrained`"):
+    with pytest.raises(OSError, match="sharded.*`ShardedRealmRetriever.from_pretrained`"):
         RealmRetriever.from_pretrained(saved)
 
     corrupt = tmp_path / "corrupt"
@@ -247,13 +247,13 @@ def test_corrupt_or_missing_shard_files_are_refused(full_retrievers, tmp_path):
     data = bytearray(index_file.read_bytes())
     data[-1] ^= 0xFF
     index_file.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"shard-00001-of-00002/index.faiss is corrupt: its sha256 differs"):
+    with pytest.raises(ValueError, match="shard-00001-of-00002/index.faiss is corrupt.*sha256"):
         ShardedRealmRetriever.from_pretrained(corrupt)
 
     missing = tmp_path / "missing"
     shutil.copytree(saved, missing)
     shutil.rmtree(missing / "shard-00000-of-00002")
-    with pytest.raises(OSError, match=r"shard-00000-of-00002/.* is missing, but .*sharded_retriever_manifest.json"):
+    with pytest.raises(OSError, match="shard-00000-of-00002/.* is missing.*sharded_retriever_manifest.json"):
         ShardedRealmRetriever.from_pretrained(missing)
 
     with pytest.raises(OSError, match="single retriever directory, not a sharded save"):
@@ -279,7 +279,7 @@ def test_a_model_saved_with_a_sharded_retriever_leaves_the_shards_to_their_own_s
 def test_building_before_the_process_group_exists_is_refused(full_retrievers, monkeypatch):
     # Under `accelerate launch`, before `Accelerator()`: each process would silently hold every shard.
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(RuntimeError, match="torch.distributed is not initialised yet: create the `Accelerator"):
+    with pytest.raises(RuntimeError, match="torch.distributed.*`Accelerator"):
         ShardedRealmRetriever.from_retriever(full_retrievers["Flat"])
 
 

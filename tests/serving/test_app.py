@@ -119,7 +119,7 @@ def test_a_server_started_without_a_token_refuses_every_write(served, monkeypatc
     service = RealmQAService(served[0])
     assert not service.writes_enabled
     for token in (None, "", TOKEN):
-        with pytest.raises(WriteRefused, match="Writes are disabled on this server: start it with --write-token"):
+        with pytest.raises(WriteRefused, match="disabled.*--write-token"):
             service.add_document(token, EXTRA["text"])
     monkeypatch.setenv("REALM_HF_SERVE_WRITE_TOKEN", "from-env")
     service = RealmQAService(served[0])

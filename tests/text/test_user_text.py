@@ -69,7 +69,7 @@ def test_cli_stdin_with_latin1_line_answers_the_others(tiny, capsys, monkeypatch
 def test_documents_with_undecodable_text_are_refused(tiny):
     model, tokenizer, _ = tiny
     documents = [{"title": "Cafe", "text": "fine text"}, {"title": "Caf\udce9", "text": "a cafe"}]
-    with pytest.raises(ValueError, match=r"Document 1's title holds bytes that are not valid UTF-8"):
+    with pytest.raises(ValueError, match="Document 1's title.*not valid UTF-8"):
         RealmRetriever.from_documents(documents, model.embedder, tokenizer, max_block_length=32, show_progress=False)
 
 
@@ -102,7 +102,7 @@ def test_training_readers_refuse_undecodable_questions(tiny, tmp_path):
     path.write_text(
         '{"question": "who wrote unix?", "answers": ["ken"]}\n\n{"question": "caf\\udce9?", "answers": ["x"]}\n'
     )
-    with pytest.raises(ValueError, match=rf"{path}, line 3: The question holds bytes that are not valid UTF-8"):
+    with pytest.raises(ValueError, match=rf"{path}, line 3:.*not valid UTF-8"):
         load_qa(str(path), "question", "answers")
     collator = DataCollatorForOpenQA(tiny[1])
     with pytest.raises(ValueError, match="not valid UTF-8"):
@@ -115,9 +115,7 @@ def test_training_readers_refuse_undecodable_questions(tiny, tmp_path):
 
 
 def test_answer_names_every_bad_item_before_any_work(tiny):
-    with pytest.raises(
-        ValueError, match=r"2 of 4 questions cannot be answered.*questions\[1\]: Empty.*questions\[3\]"
-    ):
+    with pytest.raises(ValueError, match=r"2 of 4 questions.*questions\[1\]: Empty.*questions\[3\]"):
         tiny[0].answer([QUESTIONS[0], "  ", QUESTIONS[1], "\u200b"])
 
 
@@ -221,9 +219,9 @@ def test_answer_takes_question_dicts_like_the_pipeline(tiny):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (b"who wrote unix?", "must be a string, got bytes \\(decode bytes first\\)"),
-        (42, "must be a string, a \\{'question': ...\\} dict or a list of them, got int"),
-        ([QUESTIONS[0], None], r"questions\[1\]: A question must be a string, got NoneType"),
+        (b"who wrote unix?", "string.*got bytes.*decode"),
+        (42, "string.*\\{'question': ...\\} dict.*list.*got int"),
+        ([QUESTIONS[0], None], r"questions\[1\]:.*string.*NoneType"),
         ({"query": QUESTIONS[0]}, "needs a `question` key"),
     ],
 )
@@ -240,12 +238,12 @@ def test_answer_refuses_other_types_naming_them(tiny, bad, message):
 @pytest.mark.parametrize("question", ["\u200b\u200b", "\U0001f600", "\u200d\U0001f600\u200d"])
 def test_questions_without_known_wordpieces_are_refused(tiny, qa, question):
     for call in (lambda: tiny[0].answer(question), lambda: qa(question)):
-        with pytest.raises(ValueError, match="has no word the model's vocabulary knows"):
+        with pytest.raises(ValueError, match="no word.*vocabulary"):
             call()
 
 
 def test_question_length_over_the_model_positions_is_a_clear_error(tiny, qa):
-    with pytest.raises(ValueError, match=r"longer than the limit of 62 the model takes .*max_position_embeddings=64"):
+    with pytest.raises(ValueError, match="limit of 62.*max_position_embeddings=64"):
         tiny[0].answer(LONG_QUESTION, max_question_length=200)
     with pytest.raises(ValueError, match=r"longer than the limit of 62"):
         qa(LONG_QUESTION, max_question_length=200)
@@ -257,9 +255,9 @@ def test_question_length_over_the_model_positions_is_a_clear_error(tiny, qa):
 
 def test_batch_sizes_must_be_positive(tiny):
     model, tokenizer, _ = tiny
-    with pytest.raises(ValueError, match="`batch_size` must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="`batch_size`.*positive integer.*0"):
         model.answer(QUESTIONS[0], batch_size=0)
-    with pytest.raises(ValueError, match="`batch_size` must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="`batch_size`.*positive integer.*0"):
         RealmRetriever.from_documents(
             [{"text": "a text"}], model.embedder, tokenizer, max_block_length=32, batch_size=0
         )
@@ -272,7 +270,7 @@ def test_non_integer_manifest_field_names_the_file(tiny, tmp_path):
     manifest = json.loads(manifest_path.read_text())
     manifest["num_blocks"] = "six"
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match=rf"{manifest_path}: `num_blocks` must be an integer, got 'six'"):
+    with pytest.raises(ValueError, match=rf"{manifest_path}.*`num_blocks`.*integer.*'six'"):
         RealmRetriever.from_pretrained(tmp_path / "retriever")
 
 
@@ -288,7 +286,7 @@ def test_cli_device_cuda_without_cuda(tiny, capsys):
 def test_duplicate_doc_ids_are_refused_at_build_and_add(tiny):
     model, tokenizer, _ = tiny
     build = dict(max_block_length=32, show_progress=False)
-    with pytest.raises(ValueError, match="Documents 0 and 2 have the same doc_id 'a'"):
+    with pytest.raises(ValueError, match="Documents 0 and 2.*same doc_id 'a'"):
         RealmRetriever.from_documents(
             [{"doc_id": "a", "text": "one"}, {"doc_id": "b", "text": "two"}, {"doc_id": "a", "text": "three"}],
             model.embedder,
@@ -296,23 +294,21 @@ def test_duplicate_doc_ids_are_refused_at_build_and_add(tiny):
             **build,
         )
     # A document without an id gets its position, which another document already took as its id.
-    with pytest.raises(
-        ValueError, match="Documents 0 and 1 have the same doc_id 1 \\(the id it gets from its position"
-    ):
+    with pytest.raises(ValueError, match="Documents 0 and 1.*same doc_id 1.*position"):
         RealmRetriever.from_documents(
             [{"doc_id": 1, "text": "one"}, {"text": "two"}], model.embedder, tokenizer, **build
         )
     retriever = RealmRetriever.from_documents(
         [{"doc_id": "a", "text": "one"}, {"doc_id": "b", "text": "two"}], model.embedder, tokenizer, **build
     )
-    with pytest.raises(ValueError, match=r"already has documents with doc_id \['a'\]"):
+    with pytest.raises(ValueError, match=r"already has.*doc_id \['a'\]"):
         retriever.add_documents([{"doc_id": "c", "text": "new"}, {"doc_id": "a", "text": "again"}], model.embedder)
     assert len(retriever) == 2
     retriever.remove_documents("a")
     assert retriever.store.texts([1]) == ["two"] and len(retriever) == 1
 
 
-NO_CONTENT = "has no content word the model's vocabulary knows"
+NO_CONTENT = "no content word"
 
 
 # '?' is in the tiny vocabulary, Hebrew is not ([UNK]); [MASK] [SEP] [CLS] are special tokens.
@@ -337,7 +333,7 @@ def test_every_bad_question_is_named(tiny):
 
 
 def test_past_a_hundred_positions_the_message_says_how_to_list_them(tiny):
-    with pytest.raises(ValueError, match=r"and 2 more \(`realm_hf.text.user_text.question_problems\("):
+    with pytest.raises(ValueError, match=r"and 2 more.*`realm_hf.text.user_text.question_problems\("):
         tiny[0].answer([""] * 107)
 
 
@@ -346,8 +342,8 @@ def test_past_a_hundred_positions_the_message_says_how_to_list_them(tiny):
     [
         ("\x00\x00\x00", "Empty context"),
         ("\u200b \x00", "Empty context"),
-        (b"Unix is an operating system.", r"A context must be a string, got bytes \(decode bytes first"),
-        (3, "A context must be a string, got int"),
+        (b"Unix is an operating system.", r"context.*string.*bytes.*decode"),
+        (3, "context.*string.*int"),
     ],
 )
 def test_contexts_that_are_no_text_are_refused(qa, context, message):
@@ -360,11 +356,11 @@ def test_k_top_k_and_num_blocks_take_numpy_integers_and_refuse_bools_floats_and_
     retriever = model.retriever
     query = torch.randn(1, retriever.embedding_dim)
     for bad in (True, 2.7, 0):
-        with pytest.raises(ValueError, match=rf"`k` must be a positive integer, got {bad!r}"):
+        with pytest.raises(ValueError, match=rf"`k`.*positive integer.*{bad!r}"):
             retriever.search(query, k=bad)
-        with pytest.raises(ValueError, match=rf"`top_k` must be a positive integer, got {bad!r}"):
+        with pytest.raises(ValueError, match=rf"`top_k`.*positive integer.*{bad!r}"):
             qa(QUESTIONS[0], top_k=bad)
-        with pytest.raises(ValueError, match=rf"`num_blocks` must be a positive integer, got {bad!r}"):
+        with pytest.raises(ValueError, match=rf"`num_blocks`.*positive integer.*{bad!r}"):
             model.answer(QUESTIONS[0], num_blocks=bad)
     assert retriever.search(query, k=np.int64(2)).block_ids.shape == (1, 2)
     assert len(qa(QUESTIONS[0], top_k=np.int64(2))) == 2

@@ -418,7 +418,7 @@ def test_training_questions_without_content_fail_before_training(tiny):
     dataset = __import__("datasets").Dataset.from_dict(
         {"question": ["who wrote unix?", "\U0001f600", "???"], "answers": [["ken"], ["x"], ["y"]]}
     )
-    with pytest.raises(ValueError, match=r"2 bad training question\(s\): record 2: .*no word.*record 3: .*no content"):
+    with pytest.raises(ValueError, match=r"2 bad training question.*record 2: .*no word.*record 3: .*no content"):
         check_training_questions(dataset, tiny[1])
     # The Trainer API without the recipe's check: the collator refuses the batch, nothing trains on it.
     with pytest.raises(ValueError, match="no word the model's vocabulary knows"):
@@ -432,11 +432,11 @@ GOOD = {"question": ["who wrote unix?", "what is a compiler?"], "answers": [["Ke
     "data, message",
     [
         # Before: the stock Trainer's "The model did not return a loss from the inputs" at the first step.
-        ({"question": GOOD["question"]}, "The training data has no 'answers' column"),
+        ({"question": GOOD["question"]}, "training data.*'answers'"),
         # Before: a bare KeyError: 'question' from the collator at the first step.
-        ({"q": GOOD["question"], "answers": GOOD["answers"]}, "The training data has no 'question' column"),
+        ({"q": GOOD["question"], "answers": GOOD["answers"]}, "training data.*'question'"),
         # Before: torch's "num_samples should be a positive integer value, but got num_samples=0".
-        ({"question": [], "answers": []}, "The training data is empty"),
+        ({"question": [], "answers": []}, "training data.*empty"),
     ],
 )
 def test_openqa_trainer_refuses_data_it_cannot_train_on(tiny, tmp_path, data, message):
@@ -448,7 +448,7 @@ def test_openqa_trainer_refuses_data_it_cannot_train_on(tiny, tmp_path, data, me
 
 def test_openqa_trainer_checks_its_evaluation_data_too(tiny, tmp_path):
     train = datasets.Dataset.from_dict(GOOD)
-    with pytest.raises(ValueError, match="The evaluation data has no 'answers' column"):
+    with pytest.raises(ValueError, match="evaluation data.*'answers'"):
         RealmOpenQATrainer(
             model=tiny[0],
             args=training_args(tmp_path, max_steps=1),
@@ -466,7 +466,7 @@ def test_openqa_trainer_accepts_good_data(tiny, tmp_path):
 
 def test_evaluation_without_answers_names_the_column(tiny):
     # Before: datasets' "Column 'answers' doesn't exist." with no word of which data or what to do.
-    with pytest.raises(ValueError, match="The evaluation data has no 'answers' column .* pass `answers_column`"):
+    with pytest.raises(ValueError, match="evaluation data.*'answers'.*`answers_column`"):
         evaluate_openqa(tiny[0], datasets.Dataset.from_dict({"question": GOOD["question"]}), show_progress=False)
 
 

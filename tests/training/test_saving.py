@@ -165,9 +165,7 @@ def test_state_round_trip_keeps_types(tmp_path):
 
 
 def test_unsupported_state_is_a_clear_error(tmp_path):
-    with pytest.raises(
-        TypeError, match=r"optimizer\.safetensors\.param_groups\[0\]\.fn is a builtin_function_or_method"
-    ):
+    with pytest.raises(TypeError, match=r"optimizer\.safetensors\.param_groups\[0\]\.fn.*builtin_function_or_method"):
         save_state({"param_groups": [{"fn": len}]}, str(tmp_path / "optimizer.safetensors"))
 
 

@@ -434,8 +434,8 @@ WARMUP = {
 @pytest.mark.parametrize(
     "drop, message",
     [
-        ("context", "The reader warm-up data has no 'context' column"),  # before: KeyError: 'context'
-        ("answers", "The reader warm-up data has no 'answers' column"),
+        ("context", "warm-up data.*'context'"),  # before: KeyError: 'context'
+        ("answers", "warm-up data.*'answers'"),
     ],
 )
 def test_reader_trainer_refuses_data_without_its_columns(tiny, tmp_path, drop, message):
@@ -453,7 +453,7 @@ def test_reader_trainer_refuses_data_without_its_columns(tiny, tmp_path, drop, m
 def test_reader_trainer_refuses_empty_data(tiny, tmp_path):
     data = datasets.Dataset.from_dict({k: [] for k in WARMUP})
     collator = DataCollatorForReaderWarmup(tiny[0].retriever.tokenizer, max_length=48)
-    with pytest.raises(ValueError, match="The reader warm-up data is empty"):
+    with pytest.raises(ValueError, match="warm-up data.*empty"):
         RealmReaderTrainer(
             model=tiny[0].reader,
             args=arguments(tmp_path, steps=1, batch=2),
