@@ -22,11 +22,11 @@ from realm_hf.data.vital_questions import (
     question_problems,
 )
 from realm_hf.data.wikipedia import load_vital_articles, make_wikipedia_qa_task
+from tests.support.paths import FIXTURES, REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(REPO, "tests", "fixtures", "wikipedia")
-SUMMARIES = os.path.join(FIXTURES, "summaries.json")
-HANDWRITTEN = os.path.join(FIXTURES, "handwritten.jsonl")
+WIKIPEDIA = os.path.join(FIXTURES, "wikipedia")
+SUMMARIES = os.path.join(WIKIPEDIA, "summaries.json")
+HANDWRITTEN = os.path.join(WIKIPEDIA, "handwritten.jsonl")
 TEXT = (
     "Port Estrel is a port city on the island of Velmora. It was founded in 1642 by sailors from Caldera. The "
     "harbour of Port Estrel faces the Sarrow Sea."
