@@ -1,4 +1,6 @@
-"""Open-QA fine-tuning with Trainer, and index refresh while training goes on (RealmReindexCallback)."""
+"""Open-QA fine-tuning with Trainer (`realm_hf.training.openqa`): the data checked when the Trainer is built, the
+losses, evaluation, the reader marked trained, and index refresh while training goes on (RealmReindexCallback, on one
+process and on two)."""
 
 import copy
 import json
