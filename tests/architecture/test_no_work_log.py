@@ -9,7 +9,8 @@ import re
 import subprocess
 
 import pytest
-from source_imports import ROOT
+
+from tests.architecture.source_imports import ROOT
 
 # Each pattern: what it catches, and the words of the project's work log it stands for.
 WORK_LOG = {
@@ -27,18 +28,7 @@ TEXT_NAMES = ("Makefile", "run")
 # Data, not prose: the question sets and vocabularies hold the world's words ("the 2004 session of parliament").
 SKIPPED_SUFFIXES = (".jsonl", ".txt", ".gz", ".safetensors", ".bin", ".npy", ".png", ".arrow", ".faiss")
 SKIPPED_FOLDERS = ("tests/fixtures/",)
-
-# Test files whose names still carry the work log; the tests' move to a layout that mirrors the package dissolves them.
-# Remove a name here once its file is gone: the check then covers it.
 THIS_FILE = "tests/architecture/test_no_work_log.py"
-
-NAMES_BEING_MOVED = {
-    "tests/test_input_errors_round3.py",
-    "tests/test_input_errors_round4_api.py",
-    "tests/test_input_errors_round4_cli.py",
-    "tests/test_input_errors_round4_training.py",
-    "tests/test_papercuts.py",
-}
 
 
 def tracked_files() -> list[str]:
@@ -64,8 +54,6 @@ def work_log_hits(text: str) -> list[tuple[int, str, str]]:
     """(line number, what, the line) for every line of `text` that speaks of the work log."""
     hits = []
     for number, line in enumerate(text.splitlines(), start=1):
-        for path in NAMES_BEING_MOVED:  # their names are checked once they are gone, and so are lines naming them
-            line = line.replace(os.path.splitext(os.path.basename(path))[0], "")
         for what, pattern in WORK_LOG.items():
             if pattern.search(line):
                 hits.append((number, what, line.strip()[:160]))
@@ -107,7 +95,7 @@ def test_the_patterns_leave_the_product_alone(line):
 def test_no_work_log_in_files():
     found = []
     for path in tracked_files():
-        if not is_text(path) or path == THIS_FILE or path in NAMES_BEING_MOVED:  # this file names the words
+        if not is_text(path) or path == THIS_FILE:  # this file names the words it looks for
             continue
         with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -121,7 +109,6 @@ def test_no_work_log_in_file_names():
     found = [
         f"{path}: {what}"
         for path in tracked_files()
-        if path not in NAMES_BEING_MOVED
         for what, pattern in WORK_LOG.items()
         if pattern.search(os.path.basename(path))
     ]
