@@ -176,7 +176,10 @@ def draw_curve(results: Results, out_path: str) -> None:
                 continue
             count = results.counts.get(name)
             label = f"{name} ({count})" if count else name
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            # Points are the run's evaluations; the dashed lines only join them (nothing was measured in between).
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            (line,) = ax.plot(xs, ys, linestyle="--", linewidth=1, alpha=0.6)
+            ax.plot(xs, ys, linestyle="none", marker="o", color=line.get_color(), label=label)
         if results.by_stage:
             ax.set_xticks(range(len(results.rows)))
             ax.set_xticklabels([row.name for row in results.rows], rotation=20, ha="right", fontsize=7)
@@ -188,15 +191,15 @@ def draw_curve(results: Results, out_path: str) -> None:
                     ax.axvspan(start, row.step, color="grey", alpha=0.08, linewidth=0)
                 ax.axvline(row.step, color="grey", linestyle=":", linewidth=0.8)
                 ax.annotate(
-                    row.name, ((start + row.step) / 2, 0.98), xycoords=("data", "axes fraction"), fontsize=7,
-                    ha="center", va="top", color="dimgrey",
+                    row.name, ((start + row.step) / 2, 0.02), xycoords=("data", "axes fraction"), fontsize=7,
+                    ha="center", va="bottom", color="dimgrey",
                 )  # fmt: skip
                 start = row.step
         ax.set_ylabel(f"held-out {short}")
         ax.set_ylim(0, 100 if key == "exact_match" else 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle("Main job: learning curve on the held-out questions", fontsize=10)
+    fig.suptitle("Main job: learning curve on the held-out questions (points: evaluations)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out_path, dpi=150)
     plt.close(fig)
