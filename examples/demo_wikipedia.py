@@ -441,12 +441,15 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
         stages.append(("reader warm-up", args.reader_steps, args.reader_batch_size, time.perf_counter() - started))
         if after_stage is not None:
             after_stage("reader warm-up")
-    if args.openqa_steps:
-        stages.append(
-            openqa_stage(
-                args, start, args.openqa_steps, args.refresh_steps, training_questions(task, args.openqa_questions)
-            )
+    questions = training_questions(task, args.openqa_questions) if args.openqa_steps else []
+    if args.openqa_steps and not questions:
+        # --summaries without --written-train has no written questions: there is nothing to fine-tune on.
+        log(
+            f"Open-QA fine-tuning skipped: no {args.openqa_questions} training questions (give --written-train, or "
+            "--openqa-questions generated)."
         )
+    elif args.openqa_steps:
+        stages.append(openqa_stage(args, start, args.openqa_steps, args.refresh_steps, questions))
         if after_stage is not None:
             after_stage(stages[-1][0])
     return stages
