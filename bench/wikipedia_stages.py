@@ -21,6 +21,7 @@ Takes every option of `examples/demo_wikipedia.py` (`--reader-steps`, `--openqa-
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -51,21 +52,14 @@ def format_table(rows: list[tuple[str, dict, float]]) -> str:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    as_json = None
-    if "--json" in argv:
-        at = argv.index("--json")
-        as_json = argv[at + 1]
-        del argv[at : at + 2]
-    quick = "--quick" in argv
-    if quick:
-        argv.remove("--quick")
-    end_to_end = {"--end-to-end-steps": 0, "--end-to-end-refresh-steps": 0}
-    for option in end_to_end:
-        if option in argv:
-            at = argv.index(option)
-            end_to_end[option] = int(argv[at + 1])
-            del argv[at : at + 2]
+    # The bench's own options; every other one is the demo's.
+    parser = argparse.ArgumentParser(description="The main job's stages, measured in one run.", add_help=False)
+    parser.add_argument("--json", default=None, help="Write the rows to this JSON file.")
+    parser.add_argument("--quick", action="store_true", help="For the smoke test: tiny corpus and model.")
+    parser.add_argument("--end-to-end-steps", type=int, default=0, help="End to end with refresh: steps (0: skip).")
+    parser.add_argument("--end-to-end-refresh-steps", type=int, default=0, help="Refresh period (default: half).")
+    own, argv = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    as_json, quick = own.json, own.quick
     args = demo_wikipedia.parse_args(argv)
     bert_dir = args.bert
     if bert_dir is None:
@@ -90,9 +84,9 @@ def main(argv=None) -> int:
         timer["at"] = time.perf_counter()
 
     demo_wikipedia.train_stages(args, start, after_stage=after_stage)
-    steps = end_to_end["--end-to-end-steps"]
+    steps = own.end_to_end_steps
     if steps:
-        refresh = end_to_end["--end-to-end-refresh-steps"] or max(1, steps // 2)
+        refresh = own.end_to_end_refresh_steps or max(1, steps // 2)
         questions = demo_wikipedia.training_questions(start["task"], args.openqa_questions)
         name = demo_wikipedia.openqa_stage(args, start, steps, refresh, questions)[0]
         after_stage(name)

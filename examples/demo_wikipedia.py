@@ -40,6 +40,9 @@ import time
 
 import datasets
 
+# Where the reader warm-up and Open-QA fine-tuning take their questions from (`training_questions`).
+QUESTION_SOURCES = ("generated", "written", "both")
+
 
 def log(message: str) -> None:
     print(f"[demo] {message}", flush=True)
@@ -97,7 +100,7 @@ def parse_args(argv=None):
     parser.add_argument("--reader-learning-rate", type=float, default=1e-4)
     parser.add_argument(
         "--reader-questions",
-        choices=("generated", "written", "both"),
+        choices=QUESTION_SOURCES,
         default="written",
         help="Questions the reader warm-up reads against their article's block, besides the corpus's cloze questions.",
     )
@@ -112,7 +115,7 @@ def parse_args(argv=None):
     parser.add_argument("--openqa-learning-rate", type=float, default=3e-5)
     parser.add_argument(
         "--openqa-questions",
-        choices=("generated", "written", "both"),
+        choices=QUESTION_SOURCES,
         default="written",
         help="Questions of Open-QA fine-tuning.",
     )
@@ -325,11 +328,10 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
 
 def training_questions(task: dict, choice: str) -> list[dict]:
     """The training questions `choice` names: `"generated"`, `"written"` (the shipped natural ones) or `"both"`."""
-    if choice not in ("generated", "written", "both"):
-        raise ValueError(f"Training questions are 'generated', 'written' or 'both', not {choice!r}.")
-    return {"generated": task["train"], "written": task["written_train"]}.get(
-        choice, task["train"] + task["written_train"]
-    )
+    if choice not in QUESTION_SOURCES:
+        raise ValueError(f"Training questions are one of {QUESTION_SOURCES}, not {choice!r}.")
+    sources = {"generated": task["train"], "written": task["written_train"]}
+    return sources["generated"] + sources["written"] if choice == "both" else sources[choice]
 
 
 def training_arguments(args, steps: int, batch_size: int, learning_rate: float):
@@ -370,12 +372,8 @@ def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: l
     model, retriever = start["model"], start["retriever"]
     started = time.perf_counter()
     data = qa_dataset(questions).shuffle(seed=args.seed)
-    reindex = None
-    if refresh_steps:
-        set_document_embedder_trainable(model, True)
-        reindex = reindex_callback(retriever, refresh_steps, batch_size=64, background=True)
-    else:
-        model.freeze_document_embedder()
+    set_document_embedder_trainable(model, bool(refresh_steps))
+    reindex = reindex_callback(retriever, refresh_steps, batch_size=64, background=True)
     what = f"document embedder trained, index refreshed every {refresh_steps} steps" if reindex else "index fixed"
     log(f"Open-QA fine-tuning: {steps} steps of {args.openqa_batch_size} from {len(data)} questions ({what}) ...")
     openqa_trainer(
