@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 import torch
 from datasets.table import ConcatenationTable, MemoryMappedTable
-from transformers import BertTokenizer
 
 from realm_hf.constants import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME
 from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.retrieval.retriever import RealmRetriever
-from tests.support.paths import CORPUS_DIR, FIXTURES
-from tests.support.retrieval import MAX_BLOCK_LENGTH, NEW_DOC, TinyEmbedder, embed_questions, structured_vectors
+from tests.support.paths import FIXTURES
+from tests.support.retrieval import MAX_BLOCK_LENGTH, NEW_DOC, embed_questions, structured_vectors
 
 QUESTIONS = ["lighthouse of port estrel", "garbage collector", "wool market", "volcanic island", "compiler"]
 V1_FIXTURE = os.path.join(FIXTURES, "retriever_v1")
@@ -45,22 +44,6 @@ def datasets_nearest(directory, queries, k):
     corpus.load_faiss_index("embeddings", os.path.join(directory, INDEX_NAME))
     _, examples = corpus.get_nearest_examples_batch("embeddings", np.asarray(queries, dtype=np.float32), k=k)
     return [example["block_id"] for example in examples]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return BertTokenizer(vocab=os.path.join(CORPUS_DIR, "vocab.txt"))
-
-
-@pytest.fixture(scope="module")
-def documents():
-    with open(os.path.join(CORPUS_DIR, "documents.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-@pytest.fixture(scope="module")
-def embedder(tokenizer):
-    return TinyEmbedder(len(tokenizer)).eval()
 
 
 @pytest.fixture(scope="module")

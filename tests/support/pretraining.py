@@ -19,20 +19,20 @@ TEXTS = [
 ]
 
 
+# The tiny encoder every pre-training and ICT test model shares.
+TINY_ENCODER = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    retriever_proj_size=16,
+    max_position_embeddings=128,
+    pad_token_id=0,
+)
+
+
 def tiny_config(tokenizer, **kwargs):
-    values = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        max_position_embeddings=128,
-        num_candidates=4,
-        pad_token_id=0,
-        max_block_length=32,
-        max_joint_length=64,
-    )
+    values = dict(TINY_ENCODER, vocab_size=len(tokenizer), num_candidates=4, max_block_length=32, max_joint_length=64)
     values.update(kwargs)
     return RealmConfig(**values)
 
@@ -54,18 +54,7 @@ def embed_corpus(model, tokenizer):
 
 
 def ict_config(tokenizer, **kwargs):
-    values = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        max_position_embeddings=128,
-        pad_token_id=0,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    values = dict(TINY_ENCODER, vocab_size=len(tokenizer), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     values.update(kwargs)
     return RealmConfig(**values)
 
