@@ -698,17 +698,22 @@ class RealmRetriever:
         Write the current store, tokenizer and manifest into `directory`, a new or empty folder (the staging folder of
         a save: [`~RealmRetriever.save_pretrained`] or a model's). Returns the store written, for
         [`~RealmRetriever.follow_save`] once the files are in place.
+
+        Written under the retriever's lock, so a save is consistent while other threads add or remove documents.
         """
-        store = self._store
-        write_store(
-            store,
-            os.fspath(directory),
-            self.tokenizer,
-            self.max_block_length,
-            corpus_format,
-            max_shard_size,
-            model_files,
-        )
+        # An add or remove reuses the index memory of the store it replaces (`BlockIndex.added`): writing that store
+        # outside the lock could save vectors of another state than its corpus and manifest.
+        with self._lock:
+            store = self._store
+            write_store(
+                store,
+                os.fspath(directory),
+                self.tokenizer,
+                self.max_block_length,
+                corpus_format,
+                max_shard_size,
+                model_files,
+            )
         return store
 
     def follow_save(self, store: BlockStore, directory: str | os.PathLike) -> None:
