@@ -12,6 +12,7 @@ from .common import (
     architecture_of,
     atomic_output_dir,
     check_output_dir,
+    check_written_paths,
     config_of,
     hub_offline,
     info,
@@ -57,8 +58,7 @@ def run(args) -> int:
 
     source = _resolve_source(args.source, args.revision)
     output = os.path.abspath(args.output)
-    if os.path.abspath(source) == output:
-        raise CLIError("The output directory must differ from the checkpoint directory.")
+    check_written_paths([("The output directory", output)], [("the checkpoint", source)])
     config = config_of(source)
     architecture = architecture_of(config)
     records = os.path.join(source, "block_records.npy")
