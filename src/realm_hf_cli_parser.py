@@ -260,6 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
         "none: writes are refused). Prefer the environment variable: arguments are visible to other users",
     )
     p.add_argument("--concurrency", type=int, default=4, help="questions answered at the same time (default: 4)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a host name served besides loopback and --host, e.g. the public name of a proxy in front (repeatable; "
+        "*.example.org for subdomains); requests naming another host are refused",
+    )
+    p.add_argument(
+        "--max-request-size",
+        type=int,
+        default=1 << 20,
+        help="the largest request body read, in bytes (default: 1048576)",
+    )
     p.add_argument("--title", default="REALM question answering", help="the page's title")
     p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--allow-pickle", action="store_true", help="allow a legacy block_records.npy (trusted files only)")
