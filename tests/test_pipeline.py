@@ -677,3 +677,22 @@ def test_answer_block_prior_is_a_checked_saved_config_field(tmp_path):
     RealmConfig(answer_block_prior="rank").save_pretrained(tmp_path)
     assert RealmConfig.from_pretrained(tmp_path).answer_block_prior == "rank"
     assert RealmConfig().answer_block_prior == "retrieval"
+
+
+def test_trust_remote_code_runs_no_file_of_the_folder(tiny, tmp_path):
+    """docs/hub.md: `pipeline` never runs a folder's realm_hf_auto.py; `trust_remote_code=True` ran it."""
+    import shutil
+
+    path = tmp_path / "pipeline-remote-code-model"  # transformers caches a module by its folder's name
+    shutil.copytree(tiny[2], path)
+    marker = tmp_path / "ran"
+    for name in ("realm_hf_auto.py", PIPELINE_MODULE_FILE):
+        if (path / name).exists():
+            with open(path / name, "a") as f:
+                f.write(f"\nopen({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+    qa = realm_hf.pipeline("question-answering", model=str(path), trust_remote_code=True)
+    assert isinstance(qa, RealmQuestionAnsweringPipeline) and isinstance(qa.tokenizer, RealmTokenizer)
+    assert qa(QUESTIONS[0])["answer"]
+    qa = realm_hf.pipeline(model=str(path), trust_remote_code=True)
+    assert isinstance(qa, RealmQuestionAnsweringPipeline)
+    assert not marker.exists(), marker.read_text()
