@@ -442,3 +442,23 @@ def test_which_code_runs_with_realm_hf_imported(saved, tmp_path):
     assert ran() == 0
     assert isinstance(AutoTokenizer.from_pretrained(path, trust_remote_code=True), RealmTokenizer)
     assert ran() == 1
+
+
+def test_a_card_linked_out_of_the_save_folder_is_not_copied(saved, tmp_path):
+    """A README.md linking to a file outside the folder had that file's text copied into the new card."""
+    model = saved[0]
+    secret = tmp_path / "private-notes.md"
+    secret.write_text("# Notes\n\nSECRET-TEXT-OUTSIDE-THE-FOLDER\n")
+    target = tmp_path / "linked-card-model"
+    target.mkdir()
+    os.symlink(secret, target / "README.md")
+    model.save_pretrained(target)
+    card = (target / "README.md").read_text()
+    assert not (target / "README.md").is_symlink()
+    assert "SECRET-TEXT-OUTSIDE-THE-FOLDER" not in card and "realm" in card.lower()
+    assert secret.read_text() == "# Notes\n\nSECRET-TEXT-OUTSIDE-THE-FOLDER\n"
+    # The same through the card writer alone.
+    os.remove(target / "README.md")
+    os.symlink(secret, target / "README.md")
+    write_model_card(str(target), model=model, retriever=model.retriever)
+    assert "SECRET-TEXT-OUTSIDE-THE-FOLDER" not in (target / "README.md").read_text()

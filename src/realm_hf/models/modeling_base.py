@@ -147,16 +147,12 @@ class RealmPreTrainedModel(PreTrainedModel):
         staging folder, from the README now in `save_directory`: its hand-written text is kept, and transformers'
         draft Trainer card there is replaced (see `realm_hf/hub/cards.py`).
         """
-        from ..hub.cards import write_model_card  # local import: the card code is needed only when a card is saved
-
-        readme = os.path.join(os.fspath(save_directory), "README.md")
+        # local import: the card code is needed only when a card is saved
+        from ..hub.cards import existing_card, write_model_card
 
         def write_card(folder):
-            existing = None
-            if os.path.isfile(readme):
-                with open(readme, encoding="utf-8") as f:
-                    existing = f.read()
-            write_model_card(folder, model=self, retriever=retriever, existing_readme=existing)
+            existing = existing_card(save_directory)  # a README linked out of the directory is not read
+            write_model_card(folder, model=self, retriever=retriever, existing_readme=existing or "")
 
         return write_card
 
