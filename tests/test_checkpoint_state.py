@@ -5,6 +5,7 @@ the arguments as JSON and the optimizer, scheduler and RNG states as safetensors
 an uninterrupted one does.
 """
 
+import json
 import os
 import shutil
 from concurrent.futures import Future
@@ -227,3 +228,117 @@ def test_background_pushes_show_no_data_file_warning_and_upload_everything(tmp_p
     assert any(name.startswith("last-checkpoint/retriever/corpus/") for name in files)
     assert [str(w.message) for w in caught if "about to commit a data file" in str(w.message)] == [other]
     assert any("hidden for them" in record.getMessage() for record in caplog.records)
+
+
+# ------------------------------------------------------------------------------ resuming from damaged checkpoints
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A 2-step run with a checkpoint at each step (copied by the tests that damage one)."""
+    out = tmp_path_factory.mktemp("finished") / "out"
+    trainer(out).train()
+    return out
+
+
+def _copy(finished, tmp_path):
+    target = tmp_path / "out"
+    shutil.copytree(finished, target)
+    return target
+
+
+def test_a_torn_last_checkpoint_is_skipped_when_resuming_the_last(finished, tmp_path, caplog):
+    """A checkpoint torn by a kill (no trainer_state.json) was picked and failed with a bare FileNotFoundError."""
+    import logging
+
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-2" / "trainer_state.json")
+    run = trainer(out, max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="realm_hf"):
+        run.train(resume_from_checkpoint=True)
+    assert "checkpoint-2" in caplog.text and "trainer_state.json" in caplog.text
+    assert run.state.global_step == 2  # resumed from checkpoint-1, trained step 2 again
+    os.remove(out / "checkpoint-2" / "trainer_state.json")  # written again by that run
+    with pytest.raises(ValueError, match=r"checkpoint-2.*no trainer_state\.json"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-2"))
+
+
+def test_a_missing_optimizer_state_is_an_error_not_a_fresh_optimizer(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-1" / "optimizer.safetensors")
+    with pytest.raises(ValueError, match=r"checkpoint-1 holds no optimizer state"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))
+
+
+def test_without_an_optimizer_state_the_scheduler_state_is_still_honoured(finished, tmp_path, caplog):
+    import logging
+
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-1" / "optimizer.safetensors")
+    run = trainer(out, max_steps=2, save_only_model=True)
+    loaded = []
+    original = run.create_scheduler
+
+    def recording_scheduler(*args, **kwargs):
+        scheduler = original(*args, **kwargs)
+        load = scheduler.load_state_dict
+        scheduler.load_state_dict = lambda state: (loaded.append(state), load(state))[1]
+        return scheduler
+
+    run.create_scheduler = recording_scheduler
+    with caplog.at_level(logging.WARNING, logger="realm_hf"):
+        run.train(resume_from_checkpoint=str(out / "checkpoint-1"))
+    assert "fresh optimizer" in caplog.text
+    assert loaded and loaded[0]["last_epoch"] == 1
+
+
+def test_an_optimizer_state_of_another_model_size_is_refused(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    path = out / "checkpoint-1" / "optimizer.safetensors"
+    state = load_state(str(path))
+    first = next(iter(state["state"]))
+    state["state"][first] = {
+        k: (torch.zeros(*v.shape[:-1], v.shape[-1] + 1) if v.dim() else v) for k, v in state["state"][first].items()
+    }
+    save_state(state, str(path))
+    with pytest.raises(ValueError, match=r"optimizer\.safetensors.*shape.*another size"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "missing-tensor"])
+def test_damaged_state_files_are_named_with_what_to_do(tmp_path, damage):
+    path = tmp_path / "optimizer.safetensors"
+    save_state({"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": [{"params": [0]}]}, str(path))
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) - 5])
+    elif damage == "garbage":
+        path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json here}")
+    else:
+        import safetensors.torch
+
+        safetensors.torch.save_file(
+            {}, str(path), metadata={"realm_hf_state": '{"a": {"__type__": "tensor", "key": "t9"}}'}
+        )
+    with pytest.raises(ValueError, match=r"optimizer\.safetensors is damaged.*earlier checkpoint"):
+        load_state(str(path))
+
+
+def test_the_json_of_a_state_cannot_request_a_huge_array(tmp_path):
+    """A 40-byte entry asked numpy for an 8 GB array (a sub-array dtype)."""
+    import safetensors.torch
+
+    path = tmp_path / "rng_state.safetensors"
+    for dtype in ["(1000,1000,1000)f8", "V8000000000", "S800000000", "O"]:
+        tree = {"__type__": "ndarray", "dtype": dtype, "shape": [1], "data": [0]}
+        safetensors.torch.save_file({}, str(path), metadata={"realm_hf_state": json.dumps(tree)})
+        with pytest.raises(ValueError, match="rng_state.safetensors is damaged"):
+            load_state(str(path))
+
+
+def test_a_damaged_weights_file_is_named(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    weights = out / "checkpoint-1" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"checkpoint-1 cannot be read.*truncated or damaged"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))

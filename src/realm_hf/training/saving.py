@@ -35,6 +35,9 @@ __all__ = [
     "PICKLED_TRAINING_ARGS",
     "RealmCheckpointMixin",
     "TRAINING_ARGS_JSON",
+    "check_optimizer_state",
+    "last_whole_checkpoint",
+    "torn_checkpoint_problem",
     "hide_background_corpus_warnings",
     "load_state",
     "save_state",
@@ -129,6 +132,22 @@ def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
     )
 
 
+def _saved_array(value: dict) -> np.ndarray:
+    # The dtype comes from the file: a structured or sub-array dtype (e.g. "(1000,1000,1000)f8") would make a few
+    # bytes of JSON allocate gigabytes. Arrays of a training state are plain numbers (numpy's RNG state: uint32).
+    dtype = np.dtype(value["dtype"])
+    if dtype.kind not in "biuf" or dtype.shape or dtype.itemsize > 16:
+        raise ValueError(f"an array of dtype {value['dtype']!r}, which no training state holds")
+    shape = value["shape"]
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        raise ValueError(f"an array of shape {shape!r}")
+    # The data is all in the JSON: its length bounds the array, and the shape must account for exactly that.
+    data = np.array(value["data"], dtype=dtype)
+    return data.reshape(shape)
+
+
 def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, list):
         return [_decode(v, tensors) for v in value]
@@ -140,7 +159,7 @@ def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if kind == "tensor":
         return tensors[value["key"]]
     if kind == "ndarray":
-        return np.array(value["data"], dtype=value["dtype"]).reshape(value["shape"])
+        return _saved_array(value)
     if kind == "tuple":
         return tuple(_decode(v, tensors) for v in value["items"])
     if kind == "dict":
@@ -162,13 +181,24 @@ def save_state(state: Any, path: str) -> None:
 
 
 def load_state(path: str, device: str | torch.device = "cpu") -> Any:
-    """Read back a training state written by [`save_state`], its tensors on `device`."""
-    with safetensors.safe_open(path, framework="pt", device=str(device)) as f:
-        metadata = f.metadata() or {}
-        tensors = {key: f.get_tensor(key) for key in f.keys()}
-    if _STATE_KEY not in metadata:
-        raise ValueError(f"{path} is not a training state saved by realm-hf (no {_STATE_KEY!r} metadata).")
-    return _decode(json.loads(metadata[_STATE_KEY]), tensors)
+    """
+    Read back a training state written by [`save_state`], its tensors on `device`. A damaged file (truncated,
+    edited, another kind of file) raises a `ValueError` that names it and says what to do.
+    """
+    try:
+        with safetensors.safe_open(path, framework="pt", device=str(device)) as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+        if _STATE_KEY not in metadata:
+            raise ValueError(f"no {_STATE_KEY!r} metadata: not a training state saved by realm-hf")
+        return _decode(json.loads(metadata[_STATE_KEY]), tensors)
+    except (safetensors.SafetensorError, ValueError, KeyError, TypeError, AttributeError, OSError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise ValueError(
+            f"{path} is damaged ({type(err).__name__}: {err}), so this checkpoint cannot be resumed from: resume from "
+            "an earlier checkpoint, or delete this checkpoint folder."
+        ) from None
 
 
 def _rng_states() -> dict[str, Any]:
@@ -179,7 +209,17 @@ def _rng_states() -> dict[str, Any]:
     return states
 
 
-def _set_rng_states(states: dict[str, Any]) -> None:
+def _set_rng_states(states: dict[str, Any], path: str) -> None:
+    try:
+        _apply_rng_states(states)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"{path} does not hold the random-number states of a checkpoint ({type(err).__name__}: {err}): resume from "
+            "an earlier checkpoint, or delete this file to resume without restoring them."
+        ) from None
+
+
+def _apply_rng_states(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.random.set_rng_state(states["cpu"])
@@ -189,6 +229,103 @@ def _set_rng_states(states: dict[str, Any]) -> None:
             torch.cuda.random.set_rng_state_all(cuda)
         elif isinstance(cuda, torch.Tensor):
             torch.cuda.random.set_rng_state(cuda)
+
+
+def _has_any(folder: str, names: Sequence[str]) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name)) for name in names)
+
+
+#: The files of a model save in a checkpoint, one of which a whole checkpoint holds.
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+
+
+def torn_checkpoint_problem(checkpoint: str) -> str | None:
+    """
+    Why `checkpoint` (a Trainer's `checkpoint-N` folder) cannot be resumed from, or `None`: a missing folder, no
+    `trainer_state.json` (which a checkpoint save writes last: its absence means the save was killed), an unreadable
+    one, or no weights.
+    """
+    if not os.path.isdir(checkpoint):
+        return "it is not a folder."
+    state = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.isfile(state):
+        return (
+            "it has no trainer_state.json, the file a checkpoint save writes last: the save was interrupted (killed) "
+            "and the checkpoint is incomplete. Resume from an earlier checkpoint (or with resume_from_checkpoint=True, "
+            "which skips it), and delete this folder."
+        )
+    try:
+        with open(state, encoding="utf-8") as f:
+            if not isinstance(json.load(f), dict):
+                raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"its trainer_state.json cannot be read ({err}): the checkpoint is damaged. Resume from another one."
+    if not _has_any(checkpoint, _WEIGHT_FILES):
+        return (
+            f"it holds no model weights ({', '.join(_WEIGHT_FILES[::2])}): the checkpoint is incomplete. Resume from an "
+            "earlier one."
+        )
+    return None
+
+
+def last_whole_checkpoint(output_dir: str) -> str:
+    """
+    The last `checkpoint-N` folder of `output_dir` that can be resumed from (see [`torn_checkpoint_problem`]); later
+    ones torn by a kill are skipped with a warning naming them. Raises a `ValueError` when there is none.
+    """
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # local: the Trainer's naming only
+
+    pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+    found = []
+    if os.path.isdir(output_dir):
+        found = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := pattern.match(name))]
+    for _, name in sorted(found, reverse=True):
+        path = os.path.join(output_dir, name)
+        problem = torn_checkpoint_problem(path)
+        if problem is None:
+            return path
+        logger.warning("Skipping %s for resume: %s", path, problem)
+    raise ValueError(
+        f"No checkpoint to resume from in {output_dir}"
+        + (" (every checkpoint there is incomplete; see the warnings above)." if found else ".")
+    )
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, path: str) -> None:
+    """
+    Refuse an optimizer state saved for other parameters (a model of another size, other trainable parameters) with
+    a `ValueError` naming `path`: `load_state_dict` checks the number of parameters only, and moments of another
+    shape fail later, or broadcast in silence.
+    """
+    try:
+        saved_groups, saved_state = state["param_groups"], state["state"]
+        saved_ids = [i for group in saved_groups for i in group["params"]]
+    except (KeyError, TypeError) as err:
+        raise ValueError(
+            f"{path} is not an optimizer state ({type(err).__name__}: {err}): the checkpoint is damaged."
+        ) from None
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if len(saved_ids) != len(params) or len(saved_groups) != len(optimizer.param_groups):
+        raise ValueError(
+            f"{path} holds the optimizer state of {len(saved_ids)} parameters in {len(saved_groups)} group(s), but this "
+            f"run trains {len(params)} in {len(optimizer.param_groups)}: the checkpoint is from another model or "
+            "another set of trainable parameters. Resume with the model and settings it was saved with."
+        )
+    for index, param in zip(saved_ids, params):
+        for name, value in (saved_state.get(index) or {}).items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != tuple(param.shape):
+                raise ValueError(
+                    f"{path}: the optimizer's {name!r} of parameter {index} has shape {tuple(value.shape)}, but the "
+                    f"model's parameter has {tuple(param.shape)}: the checkpoint is from a model of another size "
+                    "(config). Resume with the model it was saved from, or start a new run."
+                )
 
 
 def _is_trainer_state(name: str) -> bool:
@@ -254,14 +391,79 @@ class RealmCheckpointMixin:
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         optimizer = os.path.join(checkpoint, OPTIMIZER_STATE + STATE_SUFFIX) if checkpoint else None
-        if optimizer is None or not os.path.isfile(optimizer) or not self._plain_checkpoints():
+        if checkpoint is None or not self._plain_checkpoints():
             return super()._load_optimizer_and_scheduler(checkpoint)
-        # As transformers: the CPU when training on one device, each process's device in distributed training.
-        device = self.args.device if self.args.world_size > 1 and self.args.device.type != "cpu" else "cpu"
-        self.optimizer.load_state_dict(load_state(optimizer, device))
+        if not os.path.isfile(optimizer):
+            if _has_any(checkpoint, ("optimizer.pt", "optimizer.bin")):
+                return super()._load_optimizer_and_scheduler(checkpoint)  # transformers' own format
+            self._missing_optimizer_state(checkpoint)
+        else:
+            # As transformers: the CPU when training on one device, each process's device in distributed training.
+            device = self.args.device if self.args.world_size > 1 and self.args.device.type != "cpu" else "cpu"
+            state = load_state(optimizer, device)
+            check_optimizer_state(self.optimizer, state, optimizer)
+            self.optimizer.load_state_dict(state)
         scheduler = os.path.join(checkpoint, SCHEDULER_STATE + STATE_SUFFIX)
         if os.path.isfile(scheduler):
-            self.lr_scheduler.load_state_dict(load_state(scheduler))
+            try:
+                self.lr_scheduler.load_state_dict(load_state(scheduler))
+            except (KeyError, TypeError, AttributeError) as err:
+                raise ValueError(
+                    f"{scheduler} does not hold the state of this run's learning-rate scheduler ({type(err).__name__}: "
+                    f"{err}): resume from a checkpoint of this run, or delete the file to restart the schedule."
+                ) from None
+
+    def _missing_optimizer_state(self, checkpoint: str) -> None:
+        # A fresh optimizer (zero moments, the schedule restarted) would resume silently into another run.
+        if self.args.save_only_model:
+            logger.warning(
+                "%s holds no optimizer state (it was saved with save_only_model=True): training resumes with a fresh "
+                "optimizer (its moments at zero), so it will not continue the interrupted run exactly.",
+                checkpoint,
+            )
+            return
+        raise ValueError(
+            f"{checkpoint} holds no optimizer state ({OPTIMIZER_STATE + STATE_SUFFIX} or optimizer.pt): the checkpoint "
+            "is incomplete (a save killed before it was written, or a file deleted). Resume from an earlier "
+            "checkpoint; to go on with a fresh optimizer on purpose, load the weights with `from_pretrained` and start "
+            "a new run (or set save_only_model=True, which resumes with a fresh optimizer and says so)."
+        )
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """
+        transformers' `train`, resuming only from a whole checkpoint: with `resume_from_checkpoint=True` the last
+        checkpoint in `output_dir` that a kill did not tear (one without `trainer_state.json`, the file a checkpoint
+        save writes last, is skipped with a warning naming it); a named checkpoint that is torn is refused with what
+        it lacks. The re-index callbacks are told which checkpoint is resumed (its index is restored, not the one of
+        `output_dir/checkpoint-<step>`).
+        """
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_whole_checkpoint(self.args.output_dir)
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            resume_from_checkpoint = os.fspath(resume_from_checkpoint)
+            problem = torn_checkpoint_problem(resume_from_checkpoint)
+            if problem:
+                raise ValueError(f"Cannot resume from {resume_from_checkpoint}: {problem}")
+        if isinstance(resume_from_checkpoint, str):
+            from .callbacks import RealmReindexCallback  # local: the callbacks import the models' embedders
+
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, RealmReindexCallback):
+                    callback.resume_from(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        from safetensors import SafetensorError  # local: as safetensors.torch above, the error type only
+
+        try:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        except (SafetensorError, KeyError, EOFError, RuntimeError) as err:
+            detail = str(err).splitlines()[0] if str(err) else ""
+            raise ValueError(
+                f"The weights in {resume_from_checkpoint} cannot be read ({type(err).__name__}: {detail}): a weights "
+                "file (model.safetensors or pytorch_model.bin) is truncated or damaged. Resume from an earlier "
+                "checkpoint, or delete this one."
+            ) from err
 
     def _load_scaler(self, checkpoint: str | None) -> None:
         path = os.path.join(checkpoint, SCALER_STATE + STATE_SUFFIX) if checkpoint else None
@@ -273,7 +475,7 @@ class RealmCheckpointMixin:
         path = self._rng_state_path(checkpoint) if checkpoint else None
         if path is None or not os.path.isfile(path):
             return super()._load_rng_state(checkpoint)
-        _set_rng_states(load_state(path))
+        _set_rng_states(load_state(path), path)
 
     def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
         """Put the checkpoint's whole model save (every entry but the training state) into `output_dir`, at once."""
