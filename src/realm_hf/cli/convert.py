@@ -64,6 +64,17 @@ def run(args) -> int:
     records = os.path.join(source, "block_records.npy")
     has_records = os.path.isfile(records)
     # Refuse before anything is written or loaded.
+    if has_records:
+        from ..retrieval.legacy import UnsupportedRecordsLayout, records_count
+
+        try:
+            records_count(records)  # its header: a plain numeric array is no block texts, and no pickle
+        except UnsupportedRecordsLayout:
+            pass
+        except ValueError as err:
+            raise CLIError(
+                f"{err} Restore the checkpoint's block_records.npy, or remove it to convert the weights only."
+            ) from None
     if has_records and not args.allow_pickle:
         raise CLIError(_PICKLE_REFUSAL.format(records=records))
     check_output_dir(output, args.overwrite)

@@ -135,7 +135,14 @@ def _drop_mapped_pages(rows: torch.Tensor) -> None:
 
 
 def check_pickle_opt_in(records_path: str, allow_pickle: bool) -> None:
-    """Refuse to read a pickled `block_records.npy` unless the caller opted in ([`pickle_allowed`])."""
+    """
+    Refuse to read a pickled `block_records.npy` unless the caller opted in ([`pickle_allowed`]); a file that is no
+    object array (plain numbers, or not a `.npy` file) is refused as not holding block texts, not called pickled.
+    """
+    try:
+        records_count(records_path)  # the header only: nothing is unpickled
+    except UnsupportedRecordsLayout:
+        pass  # a layout the streaming reader does not know: it may still be a pickled array
     if not pickle_allowed(allow_pickle):
         raise ValueError(
             f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
