@@ -206,3 +206,52 @@ def test_block_emb_chunks_are_copies_of_the_mapped_rows(tmp_path):
     assert np.array_equal(first, block_emb.numpy()) and np.array_equal(second, block_emb.numpy())
     rows = np.array([3, 999, 4999])
     assert np.array_equal(source.take(rows), block_emb.numpy()[rows])
+
+
+def _records_file(path, patch):
+    """A protocol-3 block_records.npy of three texts, with its pickle bytes changed by `patch`."""
+    write_records(path, [b"alpha", b"beta", b"gamma"], protocol=3)
+    data = path.read_bytes()
+    patched = patch(data)
+    assert patched != data
+    path.write_bytes(patched)
+
+
+def test_a_record_length_past_the_end_of_the_file_is_refused_before_reading(tmp_path):
+    """A length field read from the file sized a read buffer (4 GB asked for by 4 bytes)."""
+    import tracemalloc
+
+    path = tmp_path / "block_records.npy"
+    # SHORT_BINBYTES "C" len 5 -> BINBYTES "B" with a 4-byte length of about 4 GB.
+    _records_file(path, lambda data: data.replace(b"C\x05alpha", b"B\xf0\xff\xff\xffalpha", 1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"record 0 is said to hold 4294967280 bytes, past the end of the file"):
+            list(legacy.iter_record_chunks(str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+def test_a_memo_index_out_of_sequence_is_refused_before_allocating(tmp_path):
+    """A memo index read from the file sized a table of that many entries (8 bytes each)."""
+    import tracemalloc
+
+    path = tmp_path / "block_records.npy"
+
+    def jump(data):
+        # The BINPUT after the first text ("q" + one byte) becomes a LONG_BINPUT ("r" + four bytes) far ahead.
+        at = data.index(b"C\x05alpha") + len(b"C\x05alpha")
+        assert data[at : at + 1] == b"q"
+        return data[:at] + b"r" + (1 << 25).to_bytes(4, "little") + data[at + 2 :]
+
+    _records_file(path, jump)
+    tracemalloc.start()
+    try:
+        with pytest.raises(legacy.UnsupportedRecordsLayout, match="memo index 33554432 out of sequence"):
+            list(legacy.iter_record_chunks(str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20

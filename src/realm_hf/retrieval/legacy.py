@@ -351,6 +351,8 @@ def _scan_prefix(f, path: str) -> tuple[int, int]:
         elif opcode.name == "MEMOIZE":
             memo += 1
         elif opcode.name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            if int(arg) > memo:  # pickle numbers its memo in order: a jump would size the table below from the file
+                raise UnsupportedRecordsLayout(f"{path}: memo index {arg} out of sequence")
             memo = max(memo, int(arg) + 1)
         elif opcode.name == "EMPTY_LIST":
             if not _ARRAY_GLOBALS <= names:
@@ -368,6 +370,7 @@ def _iter_items(path: str) -> Iterator[bytes]:
         start, memo_len = _scan_prefix(f, path)
         f.seek(start)
         r = _Reader(f, start)
+        size = os.fstat(f.fileno()).st_size
         # File offset of the item opcode behind each memo entry (-1: not an item), for BINGET of a repeated object.
         memo_offsets = np.full(max(16, memo_len + 1), -1, dtype=np.int64)
         last_offset, seen = -1, 0
@@ -379,15 +382,22 @@ def _iter_items(path: str) -> Iterator[bytes]:
             if width is not None:
                 last_offset = r.base + r.pos - 1
                 n = r.uint(width)
+                if r.base + r.pos + n > size:  # a length read from the file: bounded by the file before any read
+                    raise ValueError(
+                        f"{path}: record {seen} is said to hold {n} bytes, past the end of the file: the file is "
+                        "truncated or damaged. Download or copy it again."
+                    )
                 r.need(n)
                 yield r.buf[r.pos : r.pos + n]
                 r.pos += n
                 seen += 1
             elif op in (_MEMOIZE, _BINPUT, _LONG_BINPUT):
                 index = memo_len if op == _MEMOIZE else r.uint(1 if op == _BINPUT else 4)
+                if index > memo_len:  # in order, as pickle writes it: the table grows with the file, not its claims
+                    raise UnsupportedRecordsLayout(f"{path}: memo index {index} out of sequence")
                 memo_len = max(memo_len, index + 1)
                 if index >= len(memo_offsets):
-                    memo_offsets = np.concatenate([memo_offsets, np.full(len(memo_offsets) + index, -1, np.int64)])
+                    memo_offsets = np.concatenate([memo_offsets, np.full(len(memo_offsets), -1, np.int64)])
                 memo_offsets[index] = last_offset
                 last_offset = -1
             elif op in (_BINGET, _LONG_BINGET):
@@ -412,7 +422,8 @@ def _read_item_at(f, offset: int) -> bytes:
     op = os.pread(f.fileno(), 1, offset)[0]
     width = _ITEM_LENGTH_BYTES[op]
     n = int.from_bytes(os.pread(f.fileno(), width, offset + 1), "little")
-    return os.pread(f.fileno(), n, offset + 1 + width)
+    # Checked when the item was first read: within the file.
+    return os.pread(f.fileno(), min(n, os.fstat(f.fileno()).st_size), offset + 1 + width)
 
 
 def _string_array(payloads: list[bytes], first_row: int, path: str) -> pa.Array:
