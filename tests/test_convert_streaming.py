@@ -140,14 +140,28 @@ def test_records_are_streamed_without_unpickling(tmp_path, monkeypatch):
 
 
 def test_unstreamable_records_fall_back_to_np_load(tmp_path, caplog):
-    """A non-text item (the legacy loader turned it into str(item)): the pickle is read with np.load instead."""
+    """An item pickled otherwise than as bytes (a numpy bytes scalar): the pickle is read with np.load instead."""
     items = texts(40)
-    items[30] = None
+    items[30] = np.bytes_(items[30] or b"x")
     make_legacy(tmp_path / "legacy", LEGACY_OPENQA, items)
     with caplog.at_level(logging.WARNING, logger="realm_hf.retrieval.conversion"):
         _, streamed = convert_both(tmp_path / "legacy", tmp_path, chunk_rows=8)
     assert "cannot be streamed" in caplog.text
-    assert streamed.get_block_texts([30]) == ["None"]
+    assert streamed.get_block_texts([30]) == [bytes(items[30]).decode()]
+
+
+@pytest.mark.parametrize("item", [None, float("nan"), True, ["a", "b"], 7])
+def test_non_text_records_are_refused_naming_the_row(tmp_path, item):
+    """str() made block texts of 'None', 'nan', 'True' and "['a', 'b']"."""
+    items = texts(12)
+    items[5] = item
+    make_legacy(tmp_path / "legacy", LEGACY_OPENQA, items)
+    match = f"record 5 is a {type(item).__name__} .*not a block text"
+    with pytest.raises(ValueError, match=match):
+        write_legacy_retriever(tmp_path / "legacy", tmp_path / "streamed", allow_pickle=True, chunk_rows=4)
+    with pytest.raises(ValueError, match=match):
+        RealmRetriever.from_legacy(tmp_path / "legacy", allow_pickle=True)
+    assert not (tmp_path / "streamed").exists() or os.listdir(tmp_path / "streamed") == []
 
 
 def test_invalid_utf8_names_the_block(tmp_path):

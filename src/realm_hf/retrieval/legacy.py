@@ -152,11 +152,26 @@ def check_pickle_opt_in(records_path: str, allow_pickle: bool) -> None:
         )
 
 
-def _decode_legacy_records(records: np.ndarray) -> list[str]:
+def record_text(record, row: int, path: str) -> str:
+    """
+    One legacy block record as text: UTF-8 bytes (what the legacy checkpoints hold) or a string. Anything else is
+    refused naming the row: `str()` made block texts of `nan`, `True` or a Python list.
+    """
+    if isinstance(record, bytes):
+        return record.decode("utf-8")
+    if isinstance(record, str):
+        return record
+    raise ValueError(
+        f"{path}: record {row} is a {type(record).__name__} ({record!r:.40}), not a block text (bytes or a string): "
+        "the file is not the block records of a legacy REALM checkpoint, or it is damaged."
+    )
+
+
+def _decode_legacy_records(records: np.ndarray, path: str) -> list[str]:
     texts = []
     for start in range(0, len(records), _DECODE_CHUNK_ROWS):
         chunk = records[start : start + _DECODE_CHUNK_ROWS]
-        texts.extend(r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk)
+        texts.extend(record_text(r, start + i, path) for i, r in enumerate(chunk))
         # Drop the decoded bytes as we go: the 13M-record legacy array is 12.6 GB.
         records[start : start + _DECODE_CHUNK_ROWS] = None
     return texts
@@ -187,7 +202,7 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
         raise ValueError(
             f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
         )
-    texts = _decode_legacy_records(records)
+    texts = _decode_legacy_records(records, records_path)
     del records
     n = len(texts)
     block_ids = np.arange(n, dtype=np.int64)
@@ -472,5 +487,5 @@ def iter_loaded_record_chunks(path: str, chunk_rows: int = RECORD_CHUNK_ROWS) ->
         raise ValueError(f"{path} holds an array of shape {records.shape}; expected 1-D block texts.")
     for start in range(0, len(records), chunk_rows):
         chunk = records[start : start + chunk_rows]
-        yield pa.array([r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk], type=pa.string())
+        yield pa.array([record_text(r, start + i, path) for i, r in enumerate(chunk)], type=pa.string())
         records[start : start + chunk_rows] = None  # free the bytes as we go
