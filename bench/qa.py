@@ -62,10 +62,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from realm_hf import RealmConfig, RealmForOpenQA, RealmReader, RealmTokenizerFast  # noqa: E402
-from realm_hf.precision import autocast, has_native_bf16  # noqa: E402
+from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmReader, RealmTokenizerFast  # noqa: E402
+from realm_hf.models.modeling_reader import RealmReaderProjection  # noqa: E402
+from realm_hf.precision import has_native_bf16  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)  # bench/embed.py's peak meter and FLOP count, shared rather than copied
+from embed import PeakMeter, flops_per_block  # noqa: E402
+
 REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "_legacy_qa_worker.py")
 # Where `make fixtures` creates the legacy venv, then the path scripts/make_legacy_fixtures.py documents.
@@ -211,8 +216,8 @@ def embed_blocks(model: RealmForOpenQA, tokenizer, texts: list[str], max_length:
         rows = order[start : start + batch_size]
         inputs = tokenizer(
             [texts[j] for j in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-        )
-        out[rows] = model.embedder(**inputs, return_dict=True).projected_score.float().numpy()
+        ).to(model.device)
+        out[rows] = model.embedder(**inputs, return_dict=True).projected_score.float().cpu().numpy()
     return out
 
 
@@ -311,39 +316,204 @@ def build_retriever(block_emb: np.ndarray, texts: list[str], tokenizer, index: s
     return RealmRetriever.from_embeddings(block_emb, texts, tokenizer=tokenizer, index=index)
 
 
-def answer_batches(
-    model: RealmForOpenQA, tokenizer, questions: list[str], batch_size: int, dtype: str = "fp32"
-) -> list[list[int]]:
-    """What `model.answer(dtype=dtype)` does, keeping the predicted answer ids (its dicts carry the cased text span)."""
-    answers = []
-    precision = autocast(model.device, dtype, "answering")  # as `answer()` applies `dtype`
-    for start in range(0, len(questions), batch_size):
-        chunk = questions[start : start + batch_size]
-        inputs = tokenizer(chunk, padding=True, return_tensors="pt")
-        with precision:
-            out = model(
-                input_ids=inputs["input_ids"],
-                attention_mask=inputs["attention_mask"],
-                token_type_ids=inputs["token_type_ids"],
-                questions=chunk,
-            )
-        ids = out.predicted_answer_ids
+class AnswerIds:
+    """The predicted answer ids of every forward pass of `model` while open (`answer()` returns the text spans)."""
+
+    def __init__(self, model: RealmForOpenQA):
+        self.model, self.ids, self.handle = model, [], None
+
+    def __enter__(self):
+        self.handle = self.model.register_forward_hook(self._keep)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+    def _keep(self, module, args, output):
+        ids = output.predicted_answer_ids
         # One question gives one tensor (the legacy shape), a batch a list of tensors.
-        answers.extend([ids.tolist()] if isinstance(ids, torch.Tensor) else [t.tolist() for t in ids])
-    return answers
+        self.ids.extend([ids.tolist()] if isinstance(ids, torch.Tensor) else [t.tolist() for t in ids])
+
+
+def answer_batches(model: RealmForOpenQA, questions: list[str], batch_size: int, dtype: str = "fp32") -> list:
+    """`model.answer(questions, batch_size=..., dtype=...)`, what a user runs, keeping the predicted answer ids."""
+    with AnswerIds(model) as kept:
+        model.answer(questions, batch_size=batch_size, dtype=dtype)
+    return kept.ids
 
 
 @torch.inference_mode()
-def time_ours(model, tokenizer, questions: list[str], batch_size: int, warmup: int, repeats: int, dtype: str = "fp32"):
-    """Best elapsed seconds over `repeats` passes, and the answer ids of the first pass."""
-    answer_batches(model, tokenizer, questions[: max(warmup, batch_size)], batch_size, dtype)  # warm-up, untimed
-    best, ids = float("inf"), None
+def time_ours(model, questions: list[str], batch_size: int, warmup: int, repeats: int, dtype: str = "fp32"):
+    """
+    Best elapsed seconds over `repeats` passes, the answer ids of the first pass, and the process CPU seconds of the
+    best pass (below `threads x seconds` when other processes took the cores).
+    """
+    answer_batches(model, questions[: max(warmup, batch_size)], batch_size, dtype)  # warm-up, untimed
+    best, ids, cpu = float("inf"), None, float("nan")
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = answer_batches(model, tokenizer, questions, batch_size, dtype)
-        best = min(best, time.perf_counter() - start)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        result = answer_batches(model, questions, batch_size, dtype)
+        if time.perf_counter() - start < best:
+            best, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         ids = ids if ids is not None else result
-    return best, ids
+    return best, ids, cpu
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# FLOPs and where a question's time goes
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def encoder_flops(config: RealmConfig, seq_len: int) -> float:
+    """Matmul FLOPs of one BERT encoder pass over `seq_len` wordpieces (bench/embed.py's count without its heads)."""
+    h, i = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (2 * seq_len * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * seq_len * h)
+
+
+def reader_row_flops(config: RealmConfig, seq_len: int, block_len: int) -> float:
+    """
+    Matmul FLOPs of reading one (question, block) pair of `seq_len` wordpieces, `block_len` of them the block's: the
+    encoder, the span head's start/end projection of every wordpiece, and its output layer over the spans inside the
+    block (the candidates an answer can be). The reader's pooler is left out: answering never uses it.
+    """
+    spans = sum(max(0, block_len - width + 1) for width in range(1, config.max_span_width + 1))
+    span_hidden = config.span_hidden_size
+    return (
+        encoder_flops(config, seq_len) + 2 * seq_len * config.hidden_size * 2 * span_hidden + 2 * spans * span_hidden
+    )
+
+
+# Stages of one question, in the order the table lists them. Time inside a nested stage counts for that stage only.
+STAGES = (
+    "question checks",
+    "question tokenization",
+    "question embedder",
+    "search",
+    "reader inputs (pair tokenization)",
+    "reader: encoder",
+    "reader: span scoring",
+    "reader: rest (chunks, logits, best span)",
+    "answer of the forward (span text, blocks)",
+    "answer records (best spans, provenance)",
+    "other",
+)
+
+
+class StageClock:
+    """
+    Wall time per stage of `answer()`, exclusive of the stages nested inside (a stack): module stages by class (so
+    int8 copies of the reader and embedder count too), function stages by patching the names `answer()` calls.
+    """
+
+    MODULES = {
+        RealmEmbedder: "question embedder",
+        RealmReader: "reader: rest (chunks, logits, best span)",
+        RealmReaderProjection: "reader: span scoring",
+    }
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+        self.stack, self.pushed, self.mark = [], [], 0.0
+        self.question_lengths, self.row_lengths, self.block_lengths = [], [], []
+
+    def enter(self, label: str) -> None:
+        now = time.perf_counter()
+        if self.stack:
+            self.seconds[self.stack[-1]] += now - self.mark
+        self.stack.append(label)
+        self.mark = now
+
+    def exit(self) -> None:
+        now = time.perf_counter()
+        self.seconds[self.stack.pop()] += now - self.mark
+        self.mark = now
+
+    def wrap(self, label: str, fn, record=None):
+        def timed(*args, **kwargs):
+            self.enter(label)
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                self.exit()
+            if record is not None:
+                record(args, kwargs, out)
+            return out
+
+        return timed
+
+    def _pre(self, module, args):
+        label = self.MODULES.get(type(module))
+        if label is None and type(module).__name__ == "BertModel" and self.stack:
+            # The reader's encoder; the question embedder's encoder stays in the embedder's stage.
+            label = "reader: encoder" if self.stack[-1].startswith("reader") else None
+        self.pushed.append(label is not None)
+        if label is not None:
+            self.enter(label)
+
+    def _post(self, module, args, output):
+        if self.pushed.pop():
+            self.exit()
+
+    def _keep_reader_inputs(self, args, kwargs, inputs):
+        self.row_lengths.extend(inputs.attention_mask.sum(-1).reshape(-1).tolist())
+        self.block_lengths.extend(inputs.block_mask.sum(-1).reshape(-1).tolist())
+
+    @torch.inference_mode()
+    def profile(self, model: RealmForOpenQA, questions: list[str], batch_size: int, dtype: str) -> float:
+        """Answer `questions` once with the clock running; returns the pass's wall seconds."""
+        import realm_hf.models.modeling_openqa as openqa
+
+        def keep_questions(args, kwargs, out):
+            mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+            self.question_lengths.extend(mask.sum(-1).tolist())
+
+        patched = [
+            (openqa, "check_questions", "question checks", None),
+            (openqa, "tokenizer_call", "question tokenization", None),
+            (openqa, "build_beam_reader_inputs", "reader inputs (pair tokenization)", self._keep_reader_inputs),
+            (openqa, "collect_answers", "answer of the forward (span text, blocks)", None),
+            (openqa, "read_results", "answer records (best spans, provenance)", None),
+            (openqa, "best_answer", "answer records (best spans, provenance)", None),
+            (openqa, "block_provenance", "answer records (best spans, provenance)", None),
+            (model.retriever, "search", "search", None),
+            (model, "embed_questions", "question embedder", keep_questions),
+        ]
+        saved = [(owner, name, owner.__dict__.get(name), name in owner.__dict__) for owner, name, _, _ in patched]
+        for owner, name, label, record in patched:
+            setattr(owner, name, self.wrap(label, getattr(owner, name), record))
+        hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
+            torch.nn.modules.module.register_module_forward_hook(self._post),
+        ]
+        try:
+            start = time.perf_counter()
+            self.enter("other")
+            model.answer(questions, batch_size=batch_size, dtype=dtype)
+            self.exit()
+            return time.perf_counter() - start
+        finally:
+            for hook in hooks:
+                hook.remove()
+            for owner, name, value, was_own in saved:
+                if was_own:
+                    setattr(owner, name, value)
+                else:
+                    delattr(owner, name)
+
+    def flops(self, config: RealmConfig) -> dict:
+        """Matmul FLOPs of the pass: question embedder (each question at its own length) and reader (each pair)."""
+        embedder = sum(flops_per_block(config, int(n)) for n in self.question_lengths)
+        reader = sum(
+            reader_row_flops(config, int(s), int(b)) for s, b in zip(self.row_lengths, self.block_lengths) if s
+        )
+        return {"question embedder": embedder, "reader": reader, "total": embedder + reader}
+
+
+def profile_answering(model, questions, batch_size, dtype) -> dict:
+    """One profiled `answer()` pass: seconds per stage, the pass's wall time and its FLOPs."""
+    clock = StageClock()
+    wall = clock.profile(model, questions, batch_size, dtype)
+    return {"seconds": dict(clock.seconds), "wall_s": wall, "flops": clock.flops(model.config)}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -384,7 +554,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         help="blocks with text embedded by the model (default: the smallest size); larger sizes add synthetic ones",
     )
-    parser.add_argument("--dtypes", default="fp32,bf16", help="realm-hf compute dtypes (default fp32,bf16)")
+    parser.add_argument(
+        "--dtypes", default="fp32,bf16,int8", help="realm-hf compute dtypes: fp32 (required), bf16, int8 (default all)"
+    )
     parser.add_argument("--block-words", default=None, help="min,max words per block (default 40,160)")
     parser.add_argument("--questions", type=int, help="questions timed (default 200; --quick 32)")
     parser.add_argument("--batches", default=None, help="realm-hf batch sizes (default 1,16,64; --quick 1,16)")
@@ -417,15 +589,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads, both sides")
     parser.add_argument("--workdir", help="write the checkpoint here (kept) instead of a temporary directory")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument(
+        "--peak-sizes", help="square matmul sizes of the measured peak (default 2048,4096; --quick 1024,2048)"
+    )
+    parser.add_argument(
+        "--no-breakdown", action="store_true", help="skip the profiled pass (stage shares, FLOP/s of each model)"
+    )
+    parser.add_argument(
+        "--model",
+        help="a trained RealmForOpenQA directory: report EM of each --dtypes on --qa-file instead of the speed bench",
+    )
+    parser.add_argument(
+        "--qa-file",
+        help="with --model: a JSON-lines file of {question, answers} (default: realm-hf's hand-written questions)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     quick = args.quick
     args.blocks = sorted({int(b) for b in str(args.blocks or ("1000,50000" if quick else "20000,1000000")).split(",")})
     args.real_blocks = min(args.real_blocks or args.blocks[0], args.blocks[-1])
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    unknown = [d for d in args.dtypes if d not in ("fp32", "bf16")]
+    unknown = [d for d in args.dtypes if d not in ("fp32", "bf16", "int8")]
     if unknown or "fp32" not in args.dtypes:
-        parser.error(f"--dtypes takes fp32 (required: the reference) and bf16, got {args.dtypes}")
+        parser.error(f"--dtypes takes fp32 (required: the reference), bf16 and int8, got {args.dtypes}")
+    if args.qa_file and not args.model:
+        parser.error("--qa-file needs --model (the trained model whose answers are scored)")
+    args.peak_sizes = [int(n) for n in (args.peak_sizes or ("1024,2048" if quick else "2048,4096")).split(",")]
     args.dtypes = ["fp32"] + [d for d in args.dtypes if d != "fp32"]
     args.block_words = [int(x) for x in (args.block_words or ("20,80" if quick else "40,160")).split(",")]
     args.questions = args.questions or (32 if quick else 200)
@@ -437,10 +626,61 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def run_quality(args) -> int:
+    """EM, F1 and speed of a trained model in each of `--dtypes` on `--qa-file`, and its answers against fp32's."""
+    import datasets
+
+    from realm_hf.data.vital_questions import load_vital_questions
+    from realm_hf.metrics import exact_match_score
+    from realm_hf.training.openqa import evaluate_openqa
+
+    header = (
+        f"CPU: {cpu_model()} ({os.cpu_count()} CPUs) | torch threads: {torch.get_num_threads()} | torch {torch.__version__}"
+        f" | model {args.model}"
+    )
+    print(header, flush=True)
+    # The shipped hand-written questions (the test split) unless a file of the same format is given.
+    questions = load_vital_questions("test", args.qa_file)
+    data = datasets.Dataset.from_list([{"question": q["question"], "answers": list(q["answers"])} for q in questions])
+    model = RealmForOpenQA.from_pretrained(args.model).eval()
+    rows, reference, results = [], None, []
+    for dtype in args.dtypes:
+        print(f"answering {len(questions)} questions in {dtype} ...", flush=True)
+        evaluate_openqa(model, data.select(range(min(8, len(data)))), dtype=dtype, show_progress=False)  # warm-up
+        start = time.perf_counter()
+        # As the main job scores its hand-written set (examples/demo_wikipedia.py): batch 32, recall@1/5/20.
+        metrics = evaluate_openqa(
+            model, data, recall_ks=(1, 5, 20), batch_size=32, show_progress=False, return_predictions=True, dtype=dtype
+        )
+        elapsed = time.perf_counter() - start
+        predictions = metrics.pop("predictions")
+        reference = reference if reference is not None else (predictions, metrics, elapsed)
+        same = sum(a == b for a, b in zip(predictions, reference[0]))
+        right = sum(bool(exact_match_score(p or "", q["answers"])) for p, q in zip(predictions, questions))
+        rows.append(
+            [dtype, f"{metrics['exact_match']:.1f}", f"{metrics['exact_match'] - reference[1]['exact_match']:+.1f}",
+             f"{metrics['f1']:.1f}", f"{right}/{len(questions)}", f"{same}/{len(questions)}",
+             f"{len(questions) / elapsed:.2f}", f"{reference[2] / elapsed:.2f}"]
+        )  # fmt: skip
+        results.append({"dtype": dtype, **metrics, "identical_to_fp32": same, "seconds": elapsed})
+    columns = ["dtype", "EM", "EM vs fp32", "F1", "right", "answers identical to fp32", "questions/s", "vs fp32"]
+    print()
+    print(header)
+    print(format_table(rows, columns))
+    print(f"- {len(questions)} questions ({args.qa_file or 'the shipped hand-written test questions'})")
+    print("- target: int8 EM within 1 point of fp32's")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": header, "results": results}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.model:
+        return run_quality(args)
     legacy_python = None
     if not args.skip_legacy:
         legacy_python = find_legacy_python(args.legacy_python)
@@ -494,6 +734,66 @@ def synthetic_share(model: RealmForOpenQA, tokenizer, questions: list[str], real
     return float((ids >= real).float().mean())
 
 
+def measure_peaks(args, dtypes: list[str], native: bool) -> dict:
+    """The fp32 matmul peak (and bf16's where the CPU runs bf16 natively), measured as bench/embed.py does."""
+    kinds = {"fp32": torch.float32}
+    if "bf16" in dtypes and native:
+        kinds["bf16"] = torch.bfloat16
+    meters = {}
+    for name, dtype in kinds.items():
+        meters[name] = PeakMeter(torch.device("cpu"), dtype, args.peak_sizes)
+        meters[name].sample(3 if args.quick else 5, 0.3 if args.quick else 2.0)
+        print(f"measured peak {name} matmul so far: {meters[name].best['flops'] / 1e9:,.1f} GFLOP/s", flush=True)
+    return meters
+
+
+def peak_of(meters: dict, dtype: str) -> tuple[float, str]:
+    """The peak a row of `dtype` is compared with: its own dtype's, else fp32's (int8: its effective share)."""
+    name = dtype if dtype in meters else "fp32"
+    return meters[name].best["flops"], name
+
+
+def per_cpu_second_share(row: dict, peak: dict) -> float:
+    """
+    The share of peak counted in CPU time: FLOPs per CPU-second of the pass over the peak's FLOPs per CPU-second. On
+    a machine shared with other work, wall-time rates fall with the time other processes take the cores (the peak's
+    best sample catches a quiet moment, a long pass cannot); CPU-time rates do not (busy-waiting threads count).
+    """
+    threads = torch.get_num_threads()
+    peak_per_cpu_second = peak["flops"] / ((peak.get("cpu_utilization") or 1.0) * threads)
+    return row["achieved_flops"] * row["wall_s"] / row["cpu_s"] / peak_per_cpu_second
+
+
+def breakdown_table(profiles: dict, num_questions: int) -> str:
+    """Stages as rows; per dtype, milliseconds per question and share of the profiled pass."""
+    columns = ["stage"]
+    for dtype in profiles:
+        columns += [f"{dtype} ms/question", f"{dtype} share"]
+    rows = []
+    for stage in STAGES:
+        row = [stage]
+        for profile in profiles.values():
+            seconds = profile["seconds"][stage]
+            row += [f"{1000 * seconds / num_questions:.2f}", f"{100 * seconds / profile['wall_s']:.1f}%"]
+        rows.append(row)
+    total = ["whole question"]
+    for profile in profiles.values():
+        total += [f"{1000 * profile['wall_s'] / num_questions:.2f}", "100.0%"]
+    return format_table(rows + [total], columns)
+
+
+def model_shares(profile: dict, peak: float) -> dict:
+    """Achieved FLOP/s of the reader and of the question embedder in their own stages, as shares of `peak`."""
+    seconds = profile["seconds"]
+    reader_s = sum(seconds[s] for s in STAGES if s.startswith("reader:"))
+    embedder_s = seconds["question embedder"]
+    flops = profile["flops"]
+    return {
+        "reader": flops["reader"] / reader_s / peak if reader_s else float("nan"),
+        "question embedder": flops["question embedder"] / embedder_s / peak if embedder_s else float("nan"),
+    }
+
+
 def run(args, legacy_python: str | None, workdir: str, header: str, started: float) -> int:
     vocab_path, vocab_name = vocab_file()
     tokenizer_dir = os.path.join(workdir, "tokenizer")
@@ -516,6 +816,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         json.dump(questions, f)
     block_tokens = [len(ids) for ids in tokenizer(real_texts[:2000], add_special_tokens=False)["input_ids"]]
     native = has_native_bf16("cpu")
+    meters = measure_peaks(args, args.dtypes, native)
     notes = [
         f"model: hidden {config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
         f"intermediate {config.intermediate_size}, random weights (embedders std {config.initializer_range}, reader "
@@ -525,6 +826,10 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         f"(median {int(np.median(block_tokens))} wordpieces; vocabulary {vocab_name}), embedded by the model's "
         f"embedder over each block's first {args.embed_max_length} wordpieces; larger corpora add synthetic "
         f"embeddings (a Gaussian fitted to those) with these texts in turn; {len(questions)} questions",
+        "timed: `model.answer(questions, batch_size=B, dtype=D)` (question checks, tokenization, question embedding, "
+        "search, reader inputs, reader, answer records with provenance); GFLOP/s: matmul FLOPs of the question "
+        "embedder and the reader, each question and (question, block) pair at its own unpadded length (the span "
+        "head included, the reader's unused pooler not), over the row's wall time",
     ]
     if "bf16" in args.dtypes:
         notes.append(
@@ -532,8 +837,13 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
             "fp32); "
             + ("this CPU has native bf16" if native else "this CPU has NO native bf16: those rows ran in fp32")
         )
+    if "int8" in args.dtypes:
+        notes.append(
+            "int8: `answer(dtype='int8')`, the linear layers of the reader's encoder with int8 "
+            "weights and dynamically quantized activations; its % of peak is of the fp32 peak (an effective rate)"
+        )
 
-    rows, results = [], []
+    rows, results, summaries, profiled = [], [], [], []
     failed = False
     goal = None
     for size in args.blocks:
@@ -553,8 +863,9 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
             legacy_qps = legacy["num_questions"] / legacy["elapsed_s"]
             label = f"legacy transformers {legacy['transformers_version']}"
             rows.append(
-                [f"{size:,}", label, "fp32", "1", "brute force (torch)", f"{legacy_qps:.2f}", "1.00", "-", "-", "-"]
-            )
+                [f"{size:,}", label, "fp32", "1", "brute force (torch)", f"{legacy_qps:.2f}", "1.00", "-", "-", "-",
+                 "-", "-"]
+            )  # fmt: skip
             results.append(
                 {"blocks": size, "implementation": "legacy", "dtype": "fp32", "batch": 1, "index": "brute-force",
                  "questions_per_s": legacy_qps}
@@ -564,6 +875,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         ours_tokenizer = RealmTokenizerFast.from_pretrained(model_dir)
         model = None
         fp32_ids, fp32_qps = None, {}
+        profiles = {}
         indexes = ["Flat"] + ([args.hnsw] if args.hnsw and size <= args.hnsw_max_blocks else [])
         for index in indexes:
             t0 = time.perf_counter()
@@ -574,7 +886,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                 # The model searches with the index's own settings: set efSearch on the index itself.
                 import faiss
 
-                faiss.ParameterSpace().set_index_parameter(retriever.index, "efSearch", args.ef_search)
+                faiss.ParameterSpace().set_index_parameter(retriever.store.index.index, "efSearch", args.ef_search)
                 label = f"{index} efSearch {args.ef_search}"
             if model is None:
                 # Passing the retriever skips the checkpoint's own (pickled) block records.
@@ -584,13 +896,23 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
             if exact and size > args.real_blocks:
                 share = synthetic_share(model, ours_tokenizer, questions, args.real_blocks)
                 notes.append(f"{size:,} blocks: {100 * share:.0f}% of the blocks read were synthetic ones")
+            if exact and not args.no_breakdown:
+                # One profiled pass per dtype at the largest batch: the stages' shares and each pass's FLOPs (which
+                # depend on the blocks retrieved, not on the batch size). Not a timed row: the hooks cost a little.
+                for dtype in args.dtypes:
+                    print(f"[{size:,} blocks] realm-hf: profiled pass, {dtype}, batch {max(args.batches)} ...")
+                    with torch.inference_mode():
+                        answer_batches(model, questions[: max(args.warmup, 1)], max(args.batches), dtype)
+                    profiles[dtype] = profile_answering(model, questions, max(args.batches), dtype)
             for dtype in args.dtypes if exact else ["fp32"]:
-                shown = dtype if dtype == "fp32" or native else f"{dtype} (not native: fp32)"
+                shown = dtype if dtype != "bf16" or native else f"{dtype} (not native: fp32)"
                 for batch_size in args.batches if exact else [max(args.batches)]:
                     print(f"[{size:,} blocks] realm-hf: index {index}, {dtype}, batch {batch_size} ...", flush=True)
-                    elapsed, ids = time_ours(
-                        model, ours_tokenizer, questions, batch_size, args.warmup, args.repeats, dtype
-                    )
+                    elapsed, ids, cpu = time_ours(model, questions, batch_size, args.warmup, args.repeats, dtype)
+                    # A peak sample after every row: a burst of load elsewhere during the first peak measurement
+                    # would otherwise understate the peak (and overstate every percentage).
+                    for meter in meters.values():
+                        meter.sample(smallest_only=True)
                     qps = len(questions) / elapsed
                     speedup = f"{qps / legacy_qps:.2f}" if legacy else "-"
                     vs_fp32, same_fp32 = "-", "-"
@@ -602,6 +924,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                             f"{qps / fp32_qps[batch_size]:.2f}" if dtype != "fp32" and batch_size in fp32_qps else "-"
                         )
                         same_fp32 = agreement(ids, fp32_ids)[1] if fp32_ids is not None else "-"
+                    achieved = profiles[dtype]["flops"]["total"] / elapsed if exact and dtype in profiles else None
                     same_legacy, same_count = "-", None
                     if legacy:
                         answers = [ours_tokenizer.decode(x) for x in ids]
@@ -620,31 +943,48 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                                 print(f"  ids identical for {same_ids}, decoded text for {same_text}", file=sys.stderr)
                     rows.append(
                         [f"{size:,}", "realm-hf", shown, str(batch_size), label, f"{qps:.2f}", speedup, vs_fp32,
-                         same_legacy, same_fp32]
+                         same_legacy, same_fp32, "-" if achieved is None else f"{achieved / 1e9:.1f}", ""]
                     )  # fmt: skip
                     results.append(
                         {"blocks": size, "implementation": "realm-hf", "dtype": dtype, "batch": batch_size,
                          "index": label, "questions_per_s": qps, "index_build_s": build_s,
-                         "identical_vs_legacy": same_legacy, "identical_vs_fp32": same_fp32}
+                         "identical_vs_legacy": same_legacy, "identical_vs_fp32": same_fp32,
+                         "achieved_flops": achieved, "cpu_s": cpu, "wall_s": elapsed,
+                         "cpu_use": cpu / (elapsed * torch.get_num_threads())}
                     )  # fmt: skip
                     if exact and dtype == "bf16" and size == args.blocks[-1] and batch_size == max(args.batches):
                         goal = (size, batch_size, qps / legacy_qps if legacy else None, ids, same_count)
+        if profiles:
+            profiled.append((size, profiles, fp32_qps))
         if legacy:
             distinct = len({tuple(x) for x in legacy["answer_ids"]})
             notes.append(f"{size:,} blocks: {distinct} distinct answers among {len(questions)} questions")
         del model, retriever, block_emb, texts
         gc.collect()
 
+    # Percentages last: every row's peak is the best over the whole run.
+    for size, profiles, fp32_qps in profiled:
+        print_profiles(size, profiles, meters, questions, summaries, fp32_qps, results, args)
+    for row, result in zip((r for r in rows if r[1] == "realm-hf"), (r for r in results if "index_build_s" in r)):
+        if result["achieved_flops"] is not None:
+            peak, name = peak_of(meters, result["dtype"])
+            result["percent_of_peak"] = 100 * result["achieved_flops"] / peak
+            row[-1] = f"{result['percent_of_peak']:.1f}" + ("" if name == result["dtype"] else f" (of {name})")
+            result["percent_of_peak_per_cpu_second"] = 100 * per_cpu_second_share(result, meters[name].best)
     columns = ["blocks", "implementation", "dtype", "batch", "index", "questions/s", "vs legacy", "vs fp32"]
-    columns += ["identical vs legacy", "identical vs fp32"]
+    columns += ["identical vs legacy", "identical vs fp32", "GFLOP/s", "% of peak"]
+    peaks = {name: meter.best for name, meter in meters.items()}
     print()
     print(header)
+    print("measured peak matmul: " + ", ".join(f"{n} {p['flops'] / 1e9:,.1f} GFLOP/s" for n, p in peaks.items()))
     print(format_table(rows, columns))
     for note in notes:
         print(f"- {note}")
     print(
         f"- warm-up excluded; best of {args.repeats} timed pass(es); total time {time.perf_counter() - started:.0f} s"
     )
+    for line in summaries:
+        print(line)
     if goal is not None:
         size, batch_size, ratio, ids, same_legacy = goal
         same_fp32 = agreement(ids, fp32_ids)[0] / len(questions) if fp32_ids is not None else float("nan")
@@ -654,7 +994,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         text += f", {100 * same_legacy / len(questions):.1f}% to legacy" if same_legacy is not None else ""
         print(text + " (target >= 98%)")
     if args.json:
-        payload = {"machine": header, "args": vars(args), "results": results, "notes": notes}
+        payload = {"machine": header, "args": vars(args), "peaks": peaks, "results": results, "notes": notes}
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=1)
@@ -663,6 +1003,42 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
         print("FAILED: realm-hf's fp32 answers with the exact index differ from the legacy model's", file=sys.stderr)
         return 1
     return 0
+
+
+def print_profiles(size, profiles, meters, questions, summaries, fp32_qps, results, args) -> None:
+    """The stage table of one corpus size, and the summary lines (shares of peak, int8 against fp32)."""
+    batch = max(args.batches)
+    summaries.append(
+        f"\nWhere one question's time goes ({size:,} blocks, batch {batch}, exact index, one profiled pass):"
+    )
+    summaries.append(breakdown_table(profiles, len(questions)))
+    for dtype, profile in profiles.items():
+        peak, name = peak_of(meters, dtype)
+        shares = model_shares(profile, peak)
+        row = next(r for r in results if r.get("blocks") == size and r.get("dtype") == dtype and r.get("batch") == batch
+                   and r.get("index") == "Flat")  # fmt: skip
+        end_to_end = row["achieved_flops"] / peak
+        summaries.append(
+            f"- {dtype} at {size:,} blocks, batch {batch}: end to end {100 * end_to_end:.1f}% of the measured {name} "
+            f"matmul peak ({row['achieved_flops'] / 1e9:.1f} GFLOP/s); the reader {100 * shares['reader']:.1f}% and the "
+            f"question embedder {100 * shares['question embedder']:.1f}% in their own time"
+            + (" (target: end to end >= 50%)" if dtype == "fp32" else "")
+            + f"; per CPU-second {100 * per_cpu_second_share(row, meters[name].best):.1f}% (the pass had "
+            f"{100 * row['cpu_use']:.0f}% of {torch.get_num_threads()} threads' time, the best peak sample "
+            f"{100 * (meters[name].best['cpu_utilization'] or 1):.0f}%)"
+        )
+        row["stage_seconds"] = profile["seconds"]
+        row["profiled_wall_s"] = profile["wall_s"]
+        row["reader_share_of_peak"], row["embedder_share_of_peak"] = shares["reader"], shares["question embedder"]
+    int8 = next(
+        (r for r in results if r.get("blocks") == size and r.get("dtype") == "int8" and r.get("batch") == batch
+         and r.get("index") == "Flat"), None,
+    )  # fmt: skip
+    if int8 is not None and batch in fp32_qps:
+        summaries.append(
+            f"- int8 at {size:,} blocks, batch {batch}: {int8['questions_per_s'] / fp32_qps[batch]:.2f}x the fp32 "
+            f"questions/s (target >= 1.8x), {int8['identical_vs_fp32']} answers identical to fp32"
+        )
 
 
 if __name__ == "__main__":

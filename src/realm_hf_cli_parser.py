@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="fp32",
         help="compute dtype: fp32 (default), bf16 (autocast; fp32 with a warning where the CPU/GPU has no native "
-        "bf16) or auto (bf16 only where native)",
+        "bf16), auto (bf16 only where native) or int8 (CPUs only: int8 linear layers in the reader's encoder)",
     )
     p.add_argument("--allow-pickle", action="store_true", help="allow a legacy block_records.npy (trusted files only)")
     p.set_defaults(command="ask")
@@ -272,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1 << 20,
         help="the largest request body read, in bytes (default: 1048576)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        help="compute dtype: fp32 (default), bf16 (autocast where native), auto (bf16 only where native) or int8 "
+        "(CPUs only: int8 linear layers in the reader's encoder)",
     )
     p.add_argument("--title", default="REALM question answering", help="the page's title")
     p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")

@@ -17,8 +17,8 @@ import torch
 from test_papercuts import QUESTIONS, legacy_model
 from transformers import TrainingArguments
 
+from realm_hf.training.checkpoint_state import load_state, save_state
 from realm_hf.training.openqa import RealmOpenQATrainer
-from realm_hf.training.saving import load_state, save_state
 
 
 def is_pickle(data: bytes) -> bool:

@@ -28,7 +28,7 @@ def test_model_saves_while_documents_change_each_load_whole(tmp_path):
                     model.embedder,
                     show_progress=False,
                 )
-                model.retriever.remove_blocks(added)
+                model.retriever.remove_documents(block_ids=added)
         except Exception as error:  # noqa: BLE001 - reported by the test
             errors.append(repr(error))
 
@@ -45,7 +45,7 @@ def test_model_saves_while_documents_change_each_load_whole(tmp_path):
                 failures.append(f"save {n}: {type(err).__name__}: {err}")
                 continue
             manifest = json.loads((target / "retriever" / "retriever_manifest.json").read_text())
-            assert len(loaded.retriever) == loaded.retriever.index.ntotal == manifest["num_blocks"]
+            assert len(loaded.retriever) == loaded.retriever.store.index.ntotal == manifest["num_blocks"]
             assert loaded.config.num_block_records == manifest["num_blocks"]
     finally:
         stop.set()

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import EXIT_ERROR, EXIT_OK, CLIError, load_openqa, load_tokenizer, progress
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    CLIError,
+    check_dtype_option,
+    check_int8_device,
+    load_openqa,
+    load_tokenizer,
+    progress,
+)
 from .readers import read_questions
 
 # The pipeline's default limit, passed explicitly so that the up-front check and the pipeline agree.
@@ -72,18 +81,14 @@ def run(args) -> int:
         raise CLIError(f"--top-k must be at least 1, got {args.top_k}.")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}.")
-    from ..precision import parse_dtype  # deferred: it imports torch
-
-    try:
-        parse_dtype(args.dtype)  # a bad --dtype fails before the model loads
-    except ValueError:
-        raise CLIError(f"--dtype must be fp32, bf16, auto or fp16 (GPUs only), got {args.dtype!r}.") from None
+    dtype = check_dtype_option(args.dtype)  # a bad --dtype fails before the model loads
     if args.context is not None:
         try:
             check_context(args.context)
         except ValueError as err:
             raise CLIError(f"--context: {err}") from None
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
+    check_int8_device(dtype, model)
     qa = _pipeline(model, args)
     # Bad lines are reported, with where they are, and the others answered: one bad line never costs the rest.
     problems = {i: problem for i, (_, _, problem) in enumerate(items) if problem is not None}

@@ -107,6 +107,27 @@ def default_device(device: str | None) -> str:
     return device
 
 
+def check_dtype_option(value: str | None):
+    """`--dtype` as the library reads it (`realm_hf.precision.parse_dtype`), or a `CLIError` naming what it takes."""
+    from ..precision import parse_dtype  # deferred: it imports torch
+
+    try:
+        return parse_dtype(value)
+    except ValueError:
+        raise CLIError(
+            f"--dtype must be fp32, bf16, auto, fp16 (GPUs only) or int8 (CPUs only), got {value!r}."
+        ) from None
+
+
+def check_int8_device(dtype, model) -> None:
+    """Refuse `--dtype int8` for a model on a GPU before any question is read (int8 answers on CPUs only)."""
+    if dtype == "int8" and model.device.type != "cpu":
+        raise CLIError(
+            f"--dtype int8 answers on CPUs only, but the model is on {model.device}: add --device cpu, or use "
+            "--dtype bf16 or fp16 on a GPU."
+        )
+
+
 def read_json_file(path: str) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)

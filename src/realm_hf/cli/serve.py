@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from .common import EXIT_OK, CLIError, State, info, load_openqa
+from .common import EXIT_OK, CLIError, State, check_dtype_option, check_int8_device, info, load_openqa
 
 
 def _is_loopback(host: str) -> bool:
@@ -36,8 +36,10 @@ def run(args) -> int:
         raise CLIError(f"--max-request-size must be a positive number of bytes, got {args.max_request_size}.")
     if args.write_token is not None and not args.write_token.strip():
         raise CLIError("--write-token is empty: give a token, or leave it out to refuse every write.")
+    dtype = check_dtype_option(args.dtype)
     require_gradio()
     model = load_openqa(args.model, args.allow_pickle, args.device)
+    check_int8_device(dtype, model)
     app = build_app(
         model,
         write_token=args.write_token,
@@ -47,6 +49,7 @@ def run(args) -> int:
         concurrency=args.concurrency,
         allowed_hosts=args.allowed_host or (),
         max_request_size=args.max_request_size,
+        dtype=dtype,
     )
     writes = "allowed with the write token" if app.realm_service.writes_enabled else "refused (no write token)"
     if not _is_loopback(args.host):

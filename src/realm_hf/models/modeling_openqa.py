@@ -13,7 +13,7 @@ import threading
 import torch
 
 from ..logging_utils import get_logger
-from ..precision import autocast
+from ..precision import autocast, check_int8, int8_answering_active, quantize_linear_layers
 from ..retrieval.encoding import tokenize_blocks
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import as_question_list, check_max_question_length, check_positive_int, check_questions
@@ -39,6 +39,8 @@ logger = get_logger(__name__)
 
 # Guards the count of `RealmForOpenQA.evaluating` callers (one lock for all models: held for a few attribute writes).
 _MODE_LOCK = threading.Lock()
+# Guards the building of a model's int8 copies (one lock for all models: concurrent first int8 calls build them once).
+_INT8_LOCK = threading.Lock()
 
 
 class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
@@ -278,13 +280,41 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             )
         return True
 
+    def answering_modules(self) -> tuple[RealmEmbedder, RealmReader]:
+        """
+        The question embedder and reader that the current call runs: the model's own, or, inside int8 answering
+        (`answer(dtype="int8")`, [`~realm_hf.precision.int8_answering`]), the model's question embedder and an int8
+        copy of its reader whose BERT encoder has int8 linear layers ([`~realm_hf.precision.quantize_linear_layers`]).
+        The question embedder stays fp32, as under bf16: retrieval separates blocks by score differences that int8
+        question vectors lose (on bench/qa.py's model an int8 question embedder changed half the answers, an int8
+        reader alone 4 of 64), for a few % of the time. The span scorer stays fp32 too. The copy shares every other
+        tensor with the model, is built on the first int8 call and again after the weights change (training,
+        `load_state_dict`, a move to another device), and is never saved: `save_pretrained` writes the float weights.
+        """
+        if not int8_answering_active():
+            return self.query_embedder, self.reader
+        if self.training:
+            raise ValueError(
+                "int8 is for answering only: call `model.eval()` (or answer with `model.answer`, which does) first."
+            )
+        check_int8(self.device)  # also when the context was entered by hand, not through `answer(dtype=...)`
+        # In-place updates (an optimizer step, `load_state_dict`) bump a tensor's version, a move changes its address.
+        key = tuple((p.data_ptr(), p._version) for p in self.reader.parameters())
+        with _INT8_LOCK:
+            cached = self.__dict__.get("_int8_reader")
+            if cached is None or cached[0] != key:
+                # Kept outside the module tree (a tuple, not a submodule): never in `state_dict` or a saved model.
+                cached = (key, quantize_linear_layers(self.reader, ("realm",)))
+                self.__dict__["_int8_reader"] = cached
+        return self.query_embedder, cached[1]
+
     def embed_questions(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.FloatTensor:
         """Question embeddings, shape `(batch_size, retriever_proj_size)`; in fp32 outside training, even under autocast."""
         # Searching many blocks separates scores finer than bf16 resolves: bf16 question vectors retrieved other blocks
         # than fp32 for most questions of bench/qa.py. One short question costs about 1% of reading its blocks.
         precision = contextlib.nullcontext() if self.training else torch.autocast(input_ids.device.type, enabled=False)
         with precision:
-            return self.query_embedder(
+            return self.answering_modules()[0](
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
             ).projected_score
 
@@ -375,6 +405,8 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
             )
 
+        reader = self.answering_modules()[1]
+
         def read_inputs(search):
             # Pairs for the blocks read; whether each block of the searcher beam holds an answer, from the corpus's
             # stored token ids (tokenizing thousands of pairs per question dominated a training step).
@@ -386,7 +418,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 max_length=self.config.reader_seq_len,
                 reader_beam_size=reader_beam_size,
                 return_offsets_mapping=getattr(tokenizer, "is_fast", False),
-            ).to(self.reader.device)
+            ).to(reader.device)
 
         reader_inputs = read_inputs(search)
         order = None
@@ -401,7 +433,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             relevance_score = relevance_score.gather(1, order.to(relevance_score.device))
             reader_inputs = read_inputs(search)
         # Answering weighs the read blocks as `config.answer_block_prior` says; training by REALM's retrieval scores.
-        reader_output = self.reader(
+        reader_output = reader(
             input_ids=reader_inputs.input_ids[:, :reader_beam_size],
             attention_mask=reader_inputs.attention_mask[:, :reader_beam_size],
             token_type_ids=reader_inputs.token_type_ids[:, :reader_beam_size],
@@ -474,7 +506,9 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 under bf16 autocast where the CPU (AVX512-BF16 or AMX) or GPU (compute capability 8.0+) has native
                 bf16, and in fp32 with a warning elsewhere (bf16 would be slower there); `"auto"` picks bf16 where
                 it is native, silently; `"fp32"` or `None` is fp32. Retrieval scores and span logits stay fp32.
-                Weights are not cast. See [`~realm_hf.precision.resolve_autocast_dtype`].
+                `"int8"` (CPUs only) runs an int8 copy of the reader's encoder
+                ([`~RealmForOpenQA.answering_modules`]); answers can differ from fp32's where spans nearly tie.
+                Weights are never cast or changed. See [`~realm_hf.precision.resolve_autocast_dtype`].
             top_k (`int`, *optional*): The `top_k` best answers per question, as the pipeline's `top_k`: distinct
                 span texts across the read blocks, best first, each at most `config.max_span_width` wordpieces (fewer
                 when the blocks hold fewer). Each question then gets a list of answer dicts (a list of such lists for

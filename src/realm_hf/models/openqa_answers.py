@@ -216,6 +216,17 @@ def _is_run_of(words: list[str], question_words: list[str]) -> bool:
     return n > 0 and any(question_words[i : i + n] == words for i in range(len(question_words) - n + 1))
 
 
+def _best_first(scores: torch.Tensor, head: int):
+    """
+    Indices of `scores` from the highest: the best `head` by a partial sort, the rest (rarely needed: repeated texts,
+    spans that are phrases of the question) by a full sort only if the caller reads past them.
+    """
+    head = min(head, scores.numel())
+    yield from torch.topk(scores, head).indices.tolist()
+    if head < scores.numel():
+        yield from torch.argsort(scores, descending=True)[head:].tolist()
+
+
 def best_spans(
     result: dict,
     top_k: int,
@@ -243,11 +254,11 @@ def best_spans(
         return []
     widths = (ends - starts + 1).repeat(logits.shape[0])
     eligible = valid & (widths <= max_answer_len)
-    order = torch.argsort(torch.where(eligible, flat, torch.full_like(flat, float("-inf"))), descending=True)
+    ranking = torch.where(eligible, flat, torch.full_like(flat, float("-inf")))
     # The question's words once, not once per candidate span.
     question_words = normalize_answer(result["question"]).split() if skip_answers_in_question else None
     answers, seen, in_question = [], set(), []
-    for index in order.tolist():
+    for index in _best_first(ranking, 4 * top_k + 16):
         if not bool(eligible[index]) or len(answers) >= top_k:
             break
         row, candidate = divmod(index, num_candidates)

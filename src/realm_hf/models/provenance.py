@@ -97,7 +97,9 @@ def span_log_probs(logits: torch.Tensor) -> torch.Tensor:
     valid = flat > torch.finfo(flat.dtype).min / 2
     log_probs = torch.full_like(flat, float("-inf"))
     if bool(valid.any()):
-        log_probs[valid] = torch.log_softmax(flat[valid], dim=-1)
+        # masked_select / masked_scatter: the values of boolean indexing, without its index tensors (ten times the
+        # time for one question's ~16,000 spans).
+        log_probs = log_probs.masked_scatter(valid, torch.log_softmax(flat.masked_select(valid), dim=-1))
     return log_probs.view(logits.shape)
 
 

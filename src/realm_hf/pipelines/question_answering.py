@@ -97,7 +97,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
         dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of each call (`qa(q, dtype="bf16")`,
             or `realm_hf.pipeline(..., dtype="bf16")` for every call): bf16 autocast where the device has native bf16,
-            `"auto"` for bf16 only there; see `RealmForOpenQA.answer`. (`dtype=` of this class's constructor keeps
+            `"auto"` for bf16 only there, `"int8"` for int8 encoders on a CPU; see `RealmForOpenQA.answer`. (`dtype=` of this class's constructor keeps
             transformers' meaning, the dtype the weights are loaded in.)
     """
 
@@ -350,9 +350,10 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             attention_mask, token_type_ids, block_mask = (
                 torch.nn.functional.pad(t, (0, pad)) for t in (attention_mask, token_type_ids, block_mask)
             )
-        device = self.model.reader.device
+        reader = self.model.answering_modules()[1]  # int8 copies under dtype="int8"
+        device = reader.device
         # Each window is read as a question with one block of relevance 0: no retrieval score enters the logits.
-        reader_output = self.model.reader(
+        reader_output = reader(
             input_ids=input_ids.unsqueeze(1).to(device),
             attention_mask=attention_mask.unsqueeze(1).to(device),
             token_type_ids=token_type_ids.unsqueeze(1).to(device),

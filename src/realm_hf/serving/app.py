@@ -236,6 +236,7 @@ def build_app(
     concurrency: int = 4,
     allowed_hosts: Sequence[str] = (),
     max_request_size: int = MAX_REQUEST_SIZE,
+    dtype=None,
 ):
     r"""
     The Gradio app that serves a [`RealmForOpenQA`]: launch it (`app.launch()`), mount it, or save it as a Space's
@@ -261,6 +262,8 @@ def build_app(
             the public name of a proxy in front; `*.example.org` for subdomains): requests naming another host in
             their `Host` header are refused (see [`RequestGuard`], [`served_hosts`]).
         max_request_size (`int`, *optional*, defaults to 1 MiB): The largest request body the server reads, in bytes.
+        dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of every answer (`"bf16"`,
+            `"auto"`, `"int8"` on a CPU; see `RealmForOpenQA.answer`).
 
     Returns:
         `gradio.Blocks`; its `launch` puts [`RequestGuard`] in front of the app.
@@ -270,7 +273,9 @@ def build_app(
         raise ValueError(f"max_request_size must be a positive number of bytes, got {max_request_size!r}.")
     if isinstance(allowed_hosts, str):
         allowed_hosts = [allowed_hosts]
-    service = RealmQAService(model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks)
+    service = RealmQAService(
+        model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks, dtype=dtype
+    )
 
     def user_error(err: Exception):
         # The caller's input, not a server fault: the message goes back to the client, no traceback on the console.

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..constants import SERVE_WRITE_TOKEN_ENV
 from ..pipelines import RealmQuestionAnsweringPipeline
+from ..precision import check_int8, parse_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,17 @@ class RealmQAService:
             the environment variable `REALM_HF_SERVE_WRITE_TOKEN`), every write is refused.
         top_k (`int`, *optional*, defaults to 3): Answers per question when the caller does not say.
         num_blocks (`int`, *optional*): Blocks retrieved and read per question (default `config.reader_beam_size`).
+        dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of every answer (`"bf16"`,
+            `"auto"`, `"int8"` on a CPU, ...; see `RealmForOpenQA.answer`).
     """
 
-    def __init__(self, model, tokenizer=None, write_token: str | None = None, top_k: int = 3, num_blocks=None):
+    def __init__(
+        self, model, tokenizer=None, write_token: str | None = None, top_k: int = 3, num_blocks=None, dtype=None
+    ):
         model.require_retriever()  # says how to attach a corpus when there is none
+        self.dtype = parse_dtype(dtype)
+        if self.dtype == "int8":
+            check_int8(model.device)  # refused when the server starts, not at its first question
         self.model = model
         self.pipeline = RealmQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=model.device)
         self.tokenizer = self.pipeline.tokenizer
@@ -81,6 +89,8 @@ class RealmQAService:
         kwargs = {"top_k": top_k, "max_question_length": MAX_QUESTION_LENGTH}
         if self.num_blocks is not None:
             kwargs["num_blocks"] = self.num_blocks
+        if self.dtype is not None:
+            kwargs["dtype"] = self.dtype
         answers = self.pipeline(question, **kwargs)
         answers = answers if isinstance(answers, list) else [answers]
         # As `realm-hf ask`: the spans found, or the one "no answer" record.
@@ -130,7 +140,7 @@ class RealmQAService:
         model = self.model
         embedder = model.index_embedder
         block_ids = model.retriever.add_documents([document], embedder, device=model.device, show_progress=False)
-        added_doc_id = model.retriever.get_blocks(block_ids[:1])[0].get("doc_id")
+        added_doc_id = model.retriever.store.blocks(block_ids[:1])[0].get("doc_id")
         logger.info("Added document %r: blocks %s.", added_doc_id, block_ids)
         return {"doc_id": _plain(added_doc_id), "block_ids": [int(b) for b in block_ids]}
 

@@ -147,6 +147,7 @@ def evaluate_openqa(
     show_progress: bool = True,
     return_predictions: bool = False,
     max_question_length: int = 64,
+    dtype=None,
 ) -> dict[str, float]:
     """
     Evaluate a [`RealmForOpenQA`] on a QA dataset: exact match and F1 of the predicted answers (SQuAD normalisation)
@@ -156,6 +157,9 @@ def evaluate_openqa(
     Every question is scored: one longer than `max_question_length` wordpieces is cut to that length (as in
     training), and one that cannot be answered at all (empty, undecodable, no known wordpiece) counts as a wrong
     answer with nothing retrieved; both are logged.
+
+    `dtype` is the compute dtype of answering (`"fp32"` by default, `"bf16"`, `"int8"`, ...: see
+    `RealmForOpenQA.answer`); recall@k deeper than the blocks read is measured with fp32 question vectors.
 
     Returns:
         `dict` with `exact_match`, `f1` (0-100) and `recall@k` (0-1) for each k (and `predictions` if asked).
@@ -216,7 +220,11 @@ def evaluate_openqa(
                 rows = answerable[start : start + batch_size]
                 chunk = [questions[i] for i in rows]
                 results = model.answer(
-                    chunk, tokenizer=tokenizer, batch_size=batch_size, max_question_length=max_question_length
+                    chunk,
+                    tokenizer=tokenizer,
+                    batch_size=batch_size,
+                    max_question_length=max_question_length,
+                    dtype=dtype,
                 )
                 for i, result in zip(rows, results):
                     predictions[i] = result["answer"]
