@@ -253,7 +253,8 @@ class RealmRetriever:
                 by the dense score q·e of their stored embeddings (p(z|x) stays a softmax of dense scores); `"rrf"`:
                 the fused top `k` by reciprocal-rank fusion of both ranks (scores still dense). `None` keeps the held
                 index's mode.
-            sparse_k (`int`, *optional*): BM25 candidates per question (`None`: the held index's, else `k`).
+            sparse_k (`int`, *optional*): BM25 candidates per question (`None`: the held index's, else `k`); above the
+                number of blocks, every block that shares a term with the question.
         """
         check_hybrid_settings(mode or "candidates", sparse_k)
         with self._lock:
