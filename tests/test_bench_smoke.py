@@ -365,7 +365,8 @@ def test_search_bench_quick_runs(capsys, monkeypatch):
 
 
 def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
-    """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage, both held-out sets."""
+    """bench/wikipedia_stages.py on the tiny invented corpus and a tiny BERT: a row per stage (end to end with refresh
+    last), both held-out sets."""
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
     bert = tiny_bert(tmp_path, max_positions=256, seed=0)
     stages = load_script("wikipedia_stages")
@@ -377,6 +378,8 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
         "--bert", str(bert), "--max-block-length", "48", "--pca-sample", "64", "--retriever-steps", "1",
         "--retriever-batch-size", "4", "--reader-steps", "1", "--reader-batch-size", "4", "--openqa-steps", "1",
         "--openqa-batch-size", "2", "--searcher-beam", "4", "--eval-questions", "4",
+        "--written-train", os.path.join(wiki, "written_train.jsonl"), "--written-dev", "none",
+        "--end-to-end-steps", "2", "--end-to-end-refresh-steps", "1",
     ]  # fmt: skip
     assert stages.main(argv) == 0
     printed = capsys.readouterr().out
@@ -387,10 +390,13 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
         "+ retriever warm-up",
         "+ reader warm-up",
         "+ Open-QA fine-tuning",
+        "+ end to end with refresh",
     ]
     for row in rows:
         assert set(row["metrics"]) == {"generated", "hand-written"}
         assert f"{row['stage']:34} generated" in printed
+    # Refreshed after step 1 and once more at the end, with the final weights.
+    assert "Index refreshed 2 times, the last with the weights of step 2." in printed
 
 
 def test_convert_bench_writes_block_records_as_np_save_does(tmp_path):

@@ -221,15 +221,21 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
         "--max-block-length", "48", "--retriever-steps", "2", "--retriever-batch-size", "4",
         "--reader-steps", "2", "--reader-batch-size", "4", "--openqa-steps", "1", "--openqa-batch-size", "2",
         "--searcher-beam", "4", "--eval-questions", "4", "--show", "2",
+        "--written-train", os.path.join(wiki, "written_train.jsonl"),
     ]  # fmt: skip
+    # Two hand-written questions leave one held-out article to the written dev set.
+    argv[argv.index("--handwritten") + 1] = os.path.join(wiki, "handwritten_two.jsonl")
+    argv += ["--written-dev", os.path.join(wiki, "written_dev.jsonl")]
     assert demo_wikipedia.main(argv) == 0
     out = capsys.readouterr().out
     assert "Generated held-out questions" in out and "Hand-written held-out questions" in out
+    assert "Written dev questions (2, held-out articles" in out
     assert "of 2 answered right with the right source article" in out
     model_dir = tmp_path / "realm-wikipedia"
     results = json.loads((model_dir / "demo_results.json").read_text())
     assert [s["stage"] for s in results["stages"]] == ["retriever warm-up", "reader warm-up", "Open-QA fine-tuning"]
-    assert set(results["after"]) == {"generated", "hand-written"}
+    assert set(results["after"]) == {"generated", "hand-written", "dev"}
+    assert set(results["before"]) == {"generated", "hand-written"}  # the dev set is scored after training only
     # Right answers split by the kind of answer add up to the set's EM, and are printed.
     for name, size in results["num_held_out"].items():
         after = results["after"][name]

@@ -105,6 +105,29 @@ def test_loss_decreases_with_trainer(tmp_path):
     assert after < 0.8 * before, (before, after)
 
 
+def test_training_a_document_embedder_without_refresh_warns(tmp_path, caplog):
+    """A saved model comes back with its document embedder trainable: training it with no refresh is named."""
+    model = make_model()
+    dataset = datasets.Dataset.from_list(QUESTIONS)
+    args = training_args(tmp_path, max_steps=1)
+    with caplog.at_level("WARNING", logger="realm_hf"):
+        RealmOpenQATrainer(model=model, args=args, train_dataset=dataset).train()
+    assert any("freeze_document_embedder" in r.getMessage() for r in caplog.records)
+
+    caplog.clear()
+    for quiet in (
+        lambda: model.freeze_document_embedder(),
+        lambda: RealmReindexCallback(model.retriever, refresh_steps=100),
+    ):
+        model.document_embedder.requires_grad_(True)
+        callback = quiet()
+        with caplog.at_level("WARNING", logger="realm_hf"):
+            RealmOpenQATrainer(
+                model=model, args=args, train_dataset=dataset, callbacks=[callback] if callback else None
+            ).train()
+        assert not any("freeze_document_embedder" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("train_document_embedder", [False, True])
 def test_logits_stay_fp32_under_bf16_autocast(train_document_embedder):
     # Trainer(bf16=True) on a CPU: the retrieval and span logits must not be rounded to bf16 (about 3 significant
