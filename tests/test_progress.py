@@ -43,7 +43,7 @@ def _all_switches_on():
 
 @pytest.fixture
 def restore_switches():
-    # Every case starts from all switches on: a library used by an earlier test of the session (not realm-hf, which
+    # Every case starts from all switches on: a library used by an earlier test of the same run (not realm-hf, which
     # restores what it turns off) may have left one off.
     _all_switches_on()
     yield

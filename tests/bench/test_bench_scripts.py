@@ -60,7 +60,7 @@ def test_qa_bench_realm_hf_only_runs(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| blocks | implementation" in printed and "questions/s" in printed and "identical vs fp32" in printed
     assert "GFLOP/s" in printed and "% of peak" in printed and "measured peak matmul: fp32" in printed
-    assert "goal (issue 15): bf16 at 400 blocks, batch 4" in printed
+    assert "goal: bf16 at 400 blocks, batch 4" in printed
     # The profiled pass: every stage of a question, and each model's share of the peak.
     assert "Where one question's time goes (400 blocks, batch 4" in printed and "| reader: encoder" in printed
     assert "fp32 at 400 blocks, batch 4: end to end" in printed and "the reader" in printed
@@ -172,7 +172,7 @@ def test_qa_bench_matches_legacy(tmp_path, capsys):
     # Exit 0: every fp32 answer with the exact index is the legacy one, at both sizes.
     assert qa.main(args + ["--legacy-python", legacy_python]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("12/12 (100.0%)") >= 4 and "goal (issue 15): bf16 at 3,000 blocks" in printed
+    assert printed.count("12/12 (100.0%)") >= 4 and "goal: bf16 at 3,000 blocks" in printed
 
 
 def test_train_memory_bench_quick_runs(tmp_path, capsys):

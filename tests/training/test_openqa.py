@@ -576,6 +576,45 @@ def test_reindex_callback_destroys_its_groups_and_two_processes_exit_five_times(
     assert report["after_close"] == [report["baseline"]] * 5  # each round's two gloo groups were destroyed
 
 
+def logged_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar written under `log_dir`, by tag, as (step, value) pairs."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    scalars = {}
+    for run in sorted({p.parent for p in log_dir.rglob("events.out.tfevents.*")}):
+        accumulator = event_accumulator.EventAccumulator(str(run))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
+    return scalars
+
+
+def test_training_logs_reach_tensorboard(tmp_path):
+    """The Trainer's own logs, the re-index metrics and the evaluation reach TensorBoard (`report_to="tensorboard"`)."""
+    pytest.importorskip("tensorboard", reason="tensorboard is not a dependency of realm-hf (docs/training.md)")
+    model = make_model()
+    dataset = datasets.Dataset.from_list(QUESTIONS)
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
+    # transformers 5 writes under OUTPUT_DIR/runs/ (or $TENSORBOARD_LOGGING_DIR); `logging_dir` is gone.
+    output_dir = tmp_path / "out"
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=training_args(output_dir, max_steps=4, logging_steps=2, report_to="tensorboard"),
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        recall_ks=(1,),
+        callbacks=[reindex],
+    )
+    trainer.train()
+    trainer.evaluate()
+    trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # flushes the writer
+    scalars = logged_scalars(output_dir / "runs")
+    assert [step for step, _ in scalars["train/loss"]] == [2, 4]
+    assert [value for _, value in scalars["train/reindex/refreshes"]] == [1.0, 2.0]
+    assert "train/answer_in_beam" in scalars
+    assert {"eval/exact_match", "eval/f1", "eval/recall@1"} <= set(scalars)
+
+
 def _interrupted_run(output_dir, dataset):
     """A 6-step run stopped after step 3 (checkpoint-3 holds the index refreshed at step 2)."""
 
