@@ -261,6 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--concurrency", type=int, default=4, help="questions answered at the same time (default: 4)")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a host name served besides loopback and --host, e.g. the public name of a proxy in front (repeatable; "
+        "*.example.org for subdomains); requests naming another host are refused",
+    )
+    p.add_argument(
+        "--max-request-size",
+        type=int,
+        default=1 << 20,
+        help="the largest request body read, in bytes (default: 1048576)",
+    )
+    p.add_argument(
         "--dtype",
         default="fp32",
         help="compute dtype: fp32 (default), bf16 (autocast where native), auto (bf16 only where native) or int8 "

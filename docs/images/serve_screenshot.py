@@ -12,11 +12,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-from test_serve import _tiny_served_model  # noqa: E402
+sys.path.insert(0, ROOT)
 
 from realm_hf.serving import build_app  # noqa: E402
+from tests.serving.test_app import _tiny_served_model  # noqa: E402
 
 QUESTION = "who wrote unix?"
 

@@ -31,6 +31,8 @@ ALLOW_PICKLE_ENV = "REALM_HF_ALLOW_PICKLE"
 
 # The token that allows adding and removing documents on a `realm-hf serve` server (else `--write-token`).
 SERVE_WRITE_TOKEN_ENV = "REALM_HF_SERVE_WRITE_TOKEN"
+# More host names a `realm-hf serve` server answers to besides loopback (comma-separated), e.g. behind a proxy.
+SERVE_ALLOWED_HOSTS_ENV = "REALM_HF_SERVE_ALLOWED_HOSTS"
 
 __all__ = [
     "ALLOW_PICKLE_ENV",
@@ -42,6 +44,7 @@ __all__ = [
     "LEGACY_BLOCK_RECORDS",
     "MANIFEST_NAME",
     "RETRIEVER_SUBFOLDER",
+    "SERVE_ALLOWED_HOSTS_ENV",
     "SERVE_WRITE_TOKEN_ENV",
     "SHARDED_MANIFEST_NAME",
     "SHARD_FOLDER_FORMAT",

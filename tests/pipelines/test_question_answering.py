@@ -14,7 +14,7 @@ import torch
 import transformers
 
 import realm_hf
-from realm_hf import RealmConfig, RealmForOpenQA
+from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
 from realm_hf.models.provenance import PROVENANCE_KEYS
 from realm_hf.pipelines import (
     PIPELINE_MODULE_FILE,
@@ -620,3 +620,22 @@ def test_pipeline_without_a_retriever_says_what_is_missing():
     model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, load_retriever=False)
     with pytest.raises(ValueError, match="no retriever.*set_retriever"):
         realm_hf.pipeline("question-answering", model=model)
+
+
+def test_trust_remote_code_runs_no_file_of_the_folder(tiny, tmp_path):
+    """docs/hub.md: `pipeline` never runs a folder's realm_hf_auto.py; `trust_remote_code=True` ran it."""
+    import shutil
+
+    path = tmp_path / "pipeline-remote-code-model"  # transformers caches a module by its folder's name
+    shutil.copytree(tiny[2], path)
+    marker = tmp_path / "ran"
+    for name in ("realm_hf_auto.py", PIPELINE_MODULE_FILE):
+        if (path / name).exists():
+            with open(path / name, "a") as f:
+                f.write(f"\nopen({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+    qa = realm_hf.pipeline("question-answering", model=str(path), trust_remote_code=True)
+    assert isinstance(qa, RealmQuestionAnsweringPipeline) and isinstance(qa.tokenizer, RealmTokenizer)
+    assert qa(QUESTIONS[0])["answer"]
+    qa = realm_hf.pipeline(model=str(path), trust_remote_code=True)
+    assert isinstance(qa, RealmQuestionAnsweringPipeline)
+    assert not marker.exists(), marker.read_text()

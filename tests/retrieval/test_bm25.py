@@ -4,7 +4,12 @@ Skipped where `bm25s` (the `hybrid` extra) is not installed. The model is the ti
 support/legacy_model.py (12 blocks); expected values are computed here from the blocks' texts and stored embeddings.
 """
 
+import contextlib
+import io
+import json
 import os
+import re
+import resource
 
 import numpy as np
 import pytest
@@ -16,6 +21,33 @@ pytest.importorskip("bm25s")
 
 from realm_hf.retrieval.bm25 import BM25BlockIndex, reciprocal_rank_fusion  # noqa: E402
 from realm_hf.training.openqa import DataCollatorForOpenQA  # noqa: E402
+
+
+def record_edits(directory):
+    """Record the BM25 files' present sizes and checksums in the manifest, as an edited save would."""
+    import json
+
+    from realm_hf.io.checksums import file_sha256
+
+    manifest_path = directory / "retriever_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for name in manifest["files"]:
+        if name.startswith("sparse_bm25/"):
+            path = directory / name
+            manifest["files"][name] = {"size": path.stat().st_size, "sha256": file_sha256(str(path))}
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@contextlib.contextmanager
+def memory_bound(extra=2 << 30):
+    """Let the process map at most `extra` bytes more than it does now (a runaway allocation fails at once)."""
+    mapped = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize:")).split()[1]) * 1024
+    limit = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limit)
 
 
 def all_blocks(retriever):
@@ -227,3 +259,116 @@ def test_hybrid_search_refuses_question_texts_of_the_wrong_kind(tiny):
     # Before: AttributeError: 'NoneType' object has no attribute 'lower', inside bm25s.
     with pytest.raises(TypeError, match="Question text 0 is a NoneType"):
         hybrid.search(queries, k=2, questions=[None, "lisp"])
+
+
+def test_a_huge_sparse_k_takes_the_corpus_size_not_memory(tmp_path):
+    """sparse_k=10**9 (from code or a saved bm25_params.json) allocated a (questions, 10**9) array per search."""
+    import json
+
+    from realm_hf.retrieval import RealmRetriever
+
+    model = make_model(train_document_embedder=False)
+    questions = [q["question"] for q in QUESTIONS]
+    batch = DataCollatorForOpenQA(model.retriever.tokenizer)(QUESTIONS)
+    with torch.no_grad():
+        query = model.eval().embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    every = model.retriever.use_bm25(sparse_k=len(model.retriever)).search(query, 2, questions=questions)
+    model.retriever.save_pretrained(tmp_path / "saved")
+    params = tmp_path / "saved" / "sparse_bm25" / "bm25_params.json"
+    saved = json.loads(params.read_text())
+    saved["hybrid"]["sparse_k"] = 10**9
+    params.write_text(json.dumps(saved))
+    record_edits(tmp_path / "saved")
+    loaded = RealmRetriever.from_pretrained(tmp_path / "saved")
+    assert loaded.store.sparse.sparse_k == 10**9
+    with memory_bound():
+        ids, _ = loaded.store.sparse.nearest(questions, 10**9)
+        from_file = loaded.search(query, 2, questions=questions)
+        from_code = model.retriever.use_bm25(sparse_k=10**9).search(query, 2, questions=questions)
+    assert ids.shape == (len(questions), len(model.retriever))
+    # More than the corpus holds means every block BM25 matches: the same candidates as sparse_k = the corpus size.
+    assert torch.equal(from_file.block_ids, every.block_ids) and torch.equal(from_code.block_ids, every.block_ids)
+
+
+def npy_bytes(array):
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def saved_hybrid(tmp_path):
+    model = make_model(train_document_embedder=False)
+    model.retriever.use_bm25(sparse_k=3).save_pretrained(tmp_path / "saved")
+    return model, tmp_path / "saved" / "sparse_bm25"
+
+
+def claims_huge_shape(old):
+    """The same bytes of data under a header that claims 10**12 items."""
+    array = np.load(io.BytesIO(old))
+    header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False, "shape": (10**12,)}
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue() + array.tobytes()
+
+
+def damaged_bm25_files():
+    """(file, its new bytes from its old ones) of damaged BM25 files: each must be refused naming the file."""
+    params = {"k1": 1.5, "b": 0.75, "delta": 0.5, "method": "lucene", "idf_method": "lucene", "dtype": "float32",
+              "int_dtype": "int32", "num_docs": 12, "version": "0.3.16", "backend": "numpy"}  # fmt: skip
+
+    def with_params(**changes):
+        return lambda old: json.dumps({**json.loads(old), **changes}).encode()
+
+    return {
+        "params not JSON": ("bm25_params.json", lambda old: b"{not json"),
+        "params a list": ("bm25_params.json", lambda old: b"[1, 2]"),
+        "hybrid settings a list": ("bm25_params.json", lambda old: b'{"stopwords": "en", "hybrid": [1]}'),
+        "stopwords a number": ("bm25_params.json", lambda old: b'{"stopwords": 5}'),
+        "stopwords unknown": ("bm25_params.json", lambda old: b'{"stopwords": "klingon"}'),
+        "sparse_k a string": ("bm25_params.json", lambda old: b'{"stopwords": "en", "hybrid": {"sparse_k": "3"}}'),
+        "num_docs huge": ("params.index.json", with_params(num_docs=10**9)),
+        "unknown parameter": ("params.index.json", with_params(evil=1)),
+        "scores dtype object": ("params.index.json", with_params(dtype="object")),
+        "method without its array": ("params.index.json", with_params(method="bm25+")),
+        "library params binary": ("params.index.json", lambda old: b"\x00\x01"),
+        "library params a list": ("params.index.json", lambda old: json.dumps(list(params)).encode()),
+        "vocabulary not JSON": ("vocab.index.json", lambda old: b"{"),
+        "vocabulary a list": ("vocab.index.json", lambda old: b"[1]"),
+        "vocabulary id out of range": ("vocab.index.json", lambda old: b'{"paris": 1000000000, "": 0}'),
+        "data truncated": ("data.csc.index.npy", lambda old: old[: len(old) // 2]),
+        "indices not npy": ("indices.csc.index.npy", lambda old: b"garbage"),
+        "indptr claims a huge array": ("indptr.csc.index.npy", claims_huge_shape),
+        "indptr past the data": (
+            "indptr.csc.index.npy",
+            lambda old: npy_bytes(np.append(np.load(io.BytesIO(old))[:-1], 10**12).astype(np.int64)),
+        ),
+        "indices past the blocks": (
+            "indices.csc.index.npy",
+            lambda old: npy_bytes(np.full_like(np.load(io.BytesIO(old)), 10**9)),
+        ),
+        "scores not finite": (
+            "data.csc.index.npy",
+            lambda old: npy_bytes(np.full_like(np.load(io.BytesIO(old)), np.nan)),
+        ),
+        "block ids of floats": ("bm25_block_ids.npy", lambda old: npy_bytes(np.zeros(12))),
+        "block ids truncated": ("bm25_block_ids.npy", lambda old: old[:-9]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(damaged_bm25_files()))
+def test_damaged_bm25_files_are_named(tmp_path, case):
+    """Damaged BM25 files (edited with the manifest, or read without it) gave raw JSON, numpy and bm25s errors."""
+    from realm_hf.retrieval import RealmRetriever
+    from realm_hf.retrieval.bm25 import BM25BlockIndex
+
+    name, damage = damaged_bm25_files()[case]
+    model, folder = saved_hybrid(tmp_path)
+    path = folder / name
+    path.write_bytes(damage(path.read_bytes()))
+    record_edits(folder.parent)
+    questions = [q["question"] for q in QUESTIONS]
+    with memory_bound(), pytest.raises(ValueError, match=re.escape(str(path))):
+        BM25BlockIndex.load(str(folder)).nearest(questions, 3)
+    with memory_bound(), pytest.raises(ValueError, match=re.escape(str(path))):
+        retriever = RealmRetriever.from_pretrained(folder.parent)
+        retriever.search(torch.zeros(len(questions), retriever.embedding_dim), 2, questions=questions)

@@ -139,14 +139,28 @@ def test_records_are_streamed_without_unpickling(tmp_path, monkeypatch):
 
 
 def test_unstreamable_records_fall_back_to_np_load(tmp_path, caplog):
-    """A non-text item (the legacy loader turned it into str(item)): the pickle is read with np.load instead."""
+    """An item pickled otherwise than as bytes (a numpy bytes scalar): the pickle is read with np.load instead."""
     items = texts(40)
-    items[30] = None
+    items[30] = np.bytes_(items[30] or b"x")
     make_legacy(tmp_path / "legacy", LEGACY_OPENQA, items)
     with caplog.at_level(logging.WARNING, logger="realm_hf.retrieval.conversion"):
         _, streamed = convert_both(tmp_path / "legacy", tmp_path, chunk_rows=8)
     assert "cannot be streamed" in caplog.text
-    assert streamed.store.texts([30]) == ["None"]
+    assert streamed.store.texts([30]) == [bytes(items[30]).decode()]
+
+
+@pytest.mark.parametrize("item", [None, float("nan"), True, ["a", "b"], 7])
+def test_non_text_records_are_refused_naming_the_row(tmp_path, item):
+    """str() made block texts of 'None', 'nan', 'True' and "['a', 'b']"."""
+    items = texts(12)
+    items[5] = item
+    make_legacy(tmp_path / "legacy", LEGACY_OPENQA, items)
+    match = f"record 5 is a {type(item).__name__} .*not a block text"
+    with pytest.raises(ValueError, match=match):
+        write_legacy_retriever(tmp_path / "legacy", tmp_path / "streamed", allow_pickle=True, chunk_rows=4)
+    with pytest.raises(ValueError, match=match):
+        RealmRetriever.from_legacy(tmp_path / "legacy", allow_pickle=True)
+    assert not (tmp_path / "streamed").exists() or os.listdir(tmp_path / "streamed") == []
 
 
 def test_invalid_utf8_names_the_block(tmp_path):
@@ -205,3 +219,52 @@ def test_block_emb_chunks_are_copies_of_the_mapped_rows(tmp_path):
     assert np.array_equal(first, block_emb.numpy()) and np.array_equal(second, block_emb.numpy())
     rows = np.array([3, 999, 4999])
     assert np.array_equal(source.take(rows), block_emb.numpy()[rows])
+
+
+def _records_file(path, patch):
+    """A protocol-3 block_records.npy of three texts, with its pickle bytes changed by `patch`."""
+    write_records(path, [b"alpha", b"beta", b"gamma"], protocol=3)
+    data = path.read_bytes()
+    patched = patch(data)
+    assert patched != data
+    path.write_bytes(patched)
+
+
+def test_a_record_length_past_the_end_of_the_file_is_refused_before_reading(tmp_path):
+    """A length field read from the file sized a read buffer (4 GB asked for by 4 bytes)."""
+    import tracemalloc
+
+    path = tmp_path / "block_records.npy"
+    # SHORT_BINBYTES "C" len 5 -> BINBYTES "B" with a 4-byte length of about 4 GB.
+    _records_file(path, lambda data: data.replace(b"C\x05alpha", b"B\xf0\xff\xff\xffalpha", 1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"record 0 is said to hold 4294967280 bytes, past the end of the file"):
+            list(legacy.iter_record_chunks(str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+def test_a_memo_index_out_of_sequence_is_refused_before_allocating(tmp_path):
+    """A memo index read from the file sized a table of that many entries (8 bytes each)."""
+    import tracemalloc
+
+    path = tmp_path / "block_records.npy"
+
+    def jump(data):
+        # The BINPUT after the first text ("q" + one byte) becomes a LONG_BINPUT ("r" + four bytes) far ahead.
+        at = data.index(b"C\x05alpha") + len(b"C\x05alpha")
+        assert data[at : at + 1] == b"q"
+        return data[:at] + b"r" + (1 << 25).to_bytes(4, "little") + data[at + 2 :]
+
+    _records_file(path, jump)
+    tracemalloc.start()
+    try:
+        with pytest.raises(legacy.UnsupportedRecordsLayout, match="memo index 33554432 out of sequence"):
+            list(legacy.iter_record_chunks(str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20

@@ -6,6 +6,7 @@ as they did.
 """
 
 import gc
+import hashlib
 import json
 import os
 import shutil
@@ -161,8 +162,14 @@ def test_row_labels_out_of_range_are_a_clear_error(tmp_path):
     shutil.copytree(V1_FIXTURE, tmp_path / "bad")
     manifest_path = tmp_path / "bad" / MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
-    # A format-1 index (labels = block ids up to 11) declared as row-labelled for an 8-row corpus.
-    manifest.update(format_version=FORMAT_VERSION, index_labels="row")
+    # A format-1 index (labels = block ids up to 11) declared as row-labelled for an 8-row corpus, with the file list
+    # a format-2 manifest has (without it the manifest is refused before the index is read).
+    files = {}
+    for path in sorted((tmp_path / "bad").rglob("*")):
+        if path.is_file() and path != manifest_path:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            files[path.relative_to(tmp_path / "bad").as_posix()] = {"size": path.stat().st_size, "sha256": digest}
+    manifest.update(format_version=FORMAT_VERSION, index_labels="row", files=files)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="labels outside the corpus rows"):
         RealmRetriever.from_pretrained(tmp_path / "bad")

@@ -98,7 +98,8 @@ def test_corrupt_or_foreign_index_gives_clear_error(retriever, tmp_path):
     other.add_with_ids(np.zeros((len(retriever), 8), np.float32), np.arange(len(retriever)))
     faiss.write_index(other, str(index_path))
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    del manifest["index_file_size"], manifest["files"]  # as an older manifest, without sizes or checksums
+    del manifest["index_file_size"], manifest["files"]  # as a format-1 manifest, without sizes or checksums
+    manifest["format_version"] = 1
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=f"8-d index.*manifest.*{PROJ}"):
         RealmRetriever.from_pretrained(tmp_path)

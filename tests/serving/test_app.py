@@ -3,6 +3,7 @@
 through its page in a real headless browser (Debian's chromium and chromium-driver, driven by selenium).
 """
 
+import json
 import os
 import re
 import shutil
@@ -381,3 +382,113 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------ what the server exposes
+
+
+def _raw(url, method="GET", path="/", **kwargs):
+    import httpx
+
+    with httpx.Client(timeout=30) as http:
+        return http.request(method, url.rstrip("/") + path, **kwargs)
+
+
+def test_requests_naming_another_host_are_refused(served):
+    """A page on another site re-pointing its name to 127.0.0.1 (DNS rebinding) could read `/answer`."""
+    url = served[2]
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", ""):
+        response = _raw(url, headers={"Host": host})
+        assert response.status_code == 400, host
+        assert "--allowed-host" in response.json()["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST"):
+        assert _raw(url, headers={"Host": host}).status_code == 200, host
+
+
+def test_allowed_hosts_are_served(served):
+    from realm_hf.serving.app import served_hosts
+
+    model = served[0]
+    app = build_app(model, allowed_hosts=["realm.example.org", "*.corp.example"], title="Proxied")
+    _, url, _ = app.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        for host in ("realm.example.org", "realm.example.org:443", "a.corp.example"):
+            assert _raw(url, headers={"Host": host}).status_code == 200, host
+        assert _raw(url, headers={"Host": "corp.example.evil"}).status_code == 400
+    finally:
+        app.close()
+    assert served_hosts("0.0.0.0") == ("localhost", "127.0.0.1", "::1")
+    assert "10.1.2.3" in served_hosts("10.1.2.3")
+
+
+def test_uploads_need_the_write_token_and_are_bounded(served):
+    """Without a token, any client could store files of any size in Gradio's temporary folder and read them back."""
+    url = served[2]
+    files = {"files": ("notes.txt", b"hello", "text/plain")}
+    for headers in ({}, {"X-Realm-Write-Token": "wrong-token"}):
+        response = _raw(url, "POST", "/gradio_api/upload", files=files, headers=headers)
+        assert response.status_code == 403
+        assert "X-Realm-Write-Token".lower() in response.json()["error"]
+    good = _raw(url, "POST", "/gradio_api/upload", files=files, headers={"X-Realm-Write-Token": TOKEN})
+    assert good.status_code == 200, good.text
+    big = {"files": ("big.bin", b"x" * (2 << 20), "application/octet-stream")}
+    response = _raw(url, "POST", "/gradio_api/upload", files=big, headers={"X-Realm-Write-Token": TOKEN})
+    assert response.status_code == 413
+
+
+def test_request_bodies_are_bounded_with_or_without_a_length(served):
+    url = served[2]
+    payload = json.dumps({"data": ["x" * (2 << 20), 3]}).encode()
+    response = _raw(
+        url, "POST", "/gradio_api/call/answer", content=payload, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413
+
+    def chunks():
+        for _ in range(64):
+            yield b"x" * 65536
+
+    response = _raw(
+        url, "POST", "/gradio_api/call/answer", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413
+
+
+def test_request_fields_are_bounded_and_typed(served):
+    from realm_hf.serving.service import MAX_DOCUMENT_CHARS, MAX_QUESTION_CHARS
+
+    service = served[1].realm_service
+    with pytest.raises(ValueError, match=f"at most {MAX_QUESTION_CHARS:,}"):
+        service.answer("who wrote unix? " * 1000)
+    with pytest.raises(ValueError, match=f"at most {MAX_DOCUMENT_CHARS:,}"):
+        service.add_document(TOKEN, "x " * MAX_DOCUMENT_CHARS)
+    with pytest.raises(ValueError, match="title must be a string, got int"):
+        service.add_document(TOKEN, "Fortran is a language.", title=5)
+    with pytest.raises(ValueError, match="doc_id must be a string, got list"):
+        service.remove_document(TOKEN, ["unix"])
+
+
+def test_a_non_string_token_gets_a_clear_refusal(served, client):
+    service = served[1].realm_service
+    for token in (5, ["test-write-token"], {"a": 1}):
+        with pytest.raises(WriteRefused, match="must be a string"):
+            service.add_document(token, EXTRA["text"])
+    with pytest.raises(AppError, match="must be a string, got int"):
+        client.predict(5, "unix", api_name="/remove_document")
+
+
+@pytest.mark.parametrize("spelling", ["0_5", "+4", "٣", "05", "4.0"])
+def test_integer_doc_ids_are_read_only_in_their_own_spelling(tmp_path, spelling):
+    model, tokenizer = build_tiny_model(str(tmp_path), reader_beam_size=3)
+    documents = [{"title": t, "text": x, "doc_id": i} for i, (t, x) in enumerate(DOCS)]
+    model.set_retriever(
+        RealmRetriever.from_documents(documents, model.embedder, tokenizer, max_block_length=48, show_progress=False)
+    )
+    service = RealmQAService(model, write_token=TOKEN)
+    before = model.retriever.num_blocks
+    with pytest.raises(ValueError, match="ASCII digits"):
+        service.remove_document(TOKEN, spelling)
+    assert model.retriever.num_blocks == before
+    assert service.remove_document(TOKEN, "3")["doc_id"] == "3"
+    assert model.retriever.num_blocks == before - 1

@@ -613,3 +613,84 @@ def test_training_logs_reach_tensorboard(tmp_path):
     assert [value for _, value in scalars["train/reindex/refreshes"]] == [1.0, 2.0]
     assert "train/answer_in_beam" in scalars
     assert {"eval/exact_match", "eval/f1", "eval/recall@1"} <= set(scalars)
+
+
+def _interrupted_run(output_dir, dataset):
+    """A 6-step run stopped after step 3 (checkpoint-3 holds the index refreshed at step 2)."""
+
+    class StopAt3(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 3
+            return control
+
+    model = make_model()
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
+    RealmOpenQATrainer(
+        model=model,
+        args=training_args(output_dir, max_steps=6, save_strategy="steps", save_steps=3),
+        train_dataset=dataset,
+        callbacks=[reindex, StopAt3()],
+    ).train()
+    return output_dir / "checkpoint-3"
+
+
+def _resume(checkpoint, output_dir, dataset):
+    model = make_model()
+    reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=False, refresh_at_end=False)
+    trainer = RealmOpenQATrainer(
+        model=model,
+        args=training_args(output_dir, max_steps=4, save_strategy="no"),
+        train_dataset=dataset,
+        callbacks=[reindex],
+    )
+    restored = {}
+
+    class Record(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            restored["index"] = all_embeddings(model.retriever).clone()
+
+    trainer.add_callback(Record())
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    return model, reindex, restored["index"]
+
+
+def test_resuming_from_a_checkpoint_in_another_directory_restores_its_index(tmp_path):
+    """The callback took the index of output_dir/checkpoint-N (absent here), not of the checkpoint being resumed."""
+    from realm_hf.retrieval.retriever import RealmRetriever
+
+    dataset = datasets.Dataset.from_list(QUESTIONS * 2)
+    checkpoint = _interrupted_run(tmp_path / "first", dataset)
+    saved = all_embeddings(RealmRetriever.from_pretrained(checkpoint / "retriever"))
+    _, reindex, restored = _resume(checkpoint, tmp_path / "elsewhere", dataset)
+    torch.testing.assert_close(restored, saved, atol=0, rtol=0)
+    assert reindex.refresh_count == 2  # the step-2 refresh restored, then step 4
+
+
+def test_an_index_saved_with_other_weights_is_not_restored(tmp_path, caplog):
+    """The index of a checkpoint was never checked against the checkpoint's weights."""
+    import logging
+    import shutil
+
+    dataset = datasets.Dataset.from_list(QUESTIONS * 2)
+    checkpoint = _interrupted_run(tmp_path / "first", dataset)
+    other = _interrupted_run(tmp_path / "other", datasets.Dataset.from_list(QUESTIONS[::-1] * 2))
+    # The index and bookkeeping of another run beside these weights.
+    shutil.rmtree(checkpoint / "retriever")
+    shutil.copytree(other / "retriever", checkpoint / "retriever")
+    shutil.copy(other / "reindex_state.json", checkpoint / "reindex_state.json")
+    with caplog.at_level(logging.WARNING, logger="realm_hf"):
+        model, _, restored = _resume(checkpoint, tmp_path / "first", dataset)
+    assert "saved with other weights" in caplog.text and str(checkpoint) in caplog.text
+    # Re-embedded with the resumed weights (those of checkpoint-3) before the first resumed step.
+    from realm_hf import RealmForOpenQA
+
+    resumed_weights = RealmForOpenQA.from_pretrained(checkpoint, load_retriever=False).document_embedder
+    expected = embed_blocks(
+        resumed_weights,
+        model.retriever.tokenizer,
+        model.retriever.corpus["title"],
+        model.retriever.corpus["text"],
+        show_progress=False,
+        max_length=model.retriever.max_block_length,
+    )
+    torch.testing.assert_close(restored, expected, atol=1e-5, rtol=0)

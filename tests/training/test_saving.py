@@ -5,20 +5,20 @@ the arguments as JSON and the optimizer, scheduler and RNG states as safetensors
 an uninterrupted one does.
 """
 
+import json
 import logging
 import os
 import shutil
 from concurrent.futures import Future
 
 import datasets
-import numpy as np
 import pytest
 import torch
 from transformers import TrainingArguments
 
 from realm_hf import RealmForOpenQA
+from realm_hf.training.checkpoint_state import load_state, save_state
 from realm_hf.training.openqa import RealmOpenQATrainer
-from realm_hf.training.saving import load_state, save_state
 from tests.support.legacy_model import QUESTIONS, load_legacy_model
 
 
@@ -146,29 +146,6 @@ def test_resume_from_a_pickle_free_checkpoint_ends_where_an_uninterrupted_run_do
     )
 
 
-def test_state_round_trip_keeps_types(tmp_path):
-    import random
-
-    state = {
-        "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.arange(4.0)}},
-        "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": [0], "foreach": None, "eps": float("inf")}],
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    save_state(state, str(tmp_path / "s.safetensors"))
-    back = load_state(str(tmp_path / "s.safetensors"))
-    assert list(back["state"]) == [0] and torch.equal(back["state"][0]["exp_avg"], torch.arange(4.0))
-    assert back["param_groups"][0]["betas"] == (0.9, 0.999) and back["param_groups"][0]["eps"] == float("inf")
-    assert back["python"] == state["python"]
-    assert back["numpy"][0] == "MT19937" and np.array_equal(back["numpy"][1], state["numpy"][1])
-    assert back["numpy"][1].dtype == state["numpy"][1].dtype
-
-
-def test_unsupported_state_is_a_clear_error(tmp_path):
-    with pytest.raises(TypeError, match=r"optimizer\.safetensors\.param_groups\[0\]\.fn.*builtin_function_or_method"):
-        save_state({"param_groups": [{"fn": len}]}, str(tmp_path / "optimizer.safetensors"))
-
-
 def test_every_realm_hf_trainer_checkpoints_without_pickle():
     import importlib
     import pkgutil
@@ -229,7 +206,6 @@ def test_background_pushes_show_no_data_file_warning_and_upload_everything(tmp_p
 
 
 def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_path, monkeypatch, caplog):
-    import json
     import warnings
 
     from realm_hf.training.openqa import RealmOpenQATrainer
@@ -263,3 +239,86 @@ def test_trainer_push_uploads_json_arguments_and_explains_data_files_once(tmp_pa
     assert not [w for w in caught if "about to commit a data file" in str(w.message)]
     assert len([r for r in caplog.records if "corpus data file(s)" in r.getMessage()]) == 1
     assert json.loads((tmp_path / "out" / "training_args.json").read_text())["max_steps"] == 1
+
+
+# ------------------------------------------------------------------------------ resuming from damaged checkpoints
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A 2-step run with a checkpoint at each step (copied by the tests that damage one)."""
+    out = tmp_path_factory.mktemp("finished") / "out"
+    trainer(out).train()
+    return out
+
+
+def _copy(finished, tmp_path):
+    target = tmp_path / "out"
+    shutil.copytree(finished, target)
+    return target
+
+
+def test_a_torn_last_checkpoint_is_skipped_when_resuming_the_last(finished, tmp_path, caplog):
+    """A checkpoint torn by a kill (no trainer_state.json) was picked and failed with a bare FileNotFoundError."""
+    import logging
+
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-2" / "trainer_state.json")
+    run = trainer(out, max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="realm_hf"):
+        run.train(resume_from_checkpoint=True)
+    assert "checkpoint-2" in caplog.text and "trainer_state.json" in caplog.text
+    assert run.state.global_step == 2  # resumed from checkpoint-1, trained step 2 again
+    os.remove(out / "checkpoint-2" / "trainer_state.json")  # written again by that run
+    with pytest.raises(ValueError, match=r"checkpoint-2.*no trainer_state\.json"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-2"))
+
+
+def test_a_missing_optimizer_state_is_an_error_not_a_fresh_optimizer(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-1" / "optimizer.safetensors")
+    with pytest.raises(ValueError, match=r"checkpoint-1 holds no optimizer state"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))
+
+
+def test_without_an_optimizer_state_the_scheduler_state_is_still_honoured(finished, tmp_path, caplog):
+    import logging
+
+    out = _copy(finished, tmp_path)
+    os.remove(out / "checkpoint-1" / "optimizer.safetensors")
+    run = trainer(out, max_steps=2, save_only_model=True)
+    loaded = []
+    original = run.create_scheduler
+
+    def recording_scheduler(*args, **kwargs):
+        scheduler = original(*args, **kwargs)
+        load = scheduler.load_state_dict
+        scheduler.load_state_dict = lambda state: (loaded.append(state), load(state))[1]
+        return scheduler
+
+    run.create_scheduler = recording_scheduler
+    with caplog.at_level(logging.WARNING, logger="realm_hf"):
+        run.train(resume_from_checkpoint=str(out / "checkpoint-1"))
+    assert "fresh optimizer" in caplog.text
+    assert loaded and loaded[0]["last_epoch"] == 1
+
+
+def test_an_optimizer_state_of_another_model_size_is_refused(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    path = out / "checkpoint-1" / "optimizer.safetensors"
+    state = load_state(str(path))
+    first = next(iter(state["state"]))
+    state["state"][first] = {
+        k: (torch.zeros(*v.shape[:-1], v.shape[-1] + 1) if v.dim() else v) for k, v in state["state"][first].items()
+    }
+    save_state(state, str(path))
+    with pytest.raises(ValueError, match=r"optimizer\.safetensors.*shape.*another size"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))
+
+
+def test_a_damaged_weights_file_is_named(finished, tmp_path):
+    out = _copy(finished, tmp_path)
+    weights = out / "checkpoint-1" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"checkpoint-1 cannot be read.*truncated or damaged"):
+        trainer(out, max_steps=2).train(resume_from_checkpoint=str(out / "checkpoint-1"))

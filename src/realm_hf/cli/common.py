@@ -25,7 +25,7 @@ import pickle
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from realm_hf_cli_parser import EXIT_ERROR, EXIT_OK, is_hub_id  # noqa: F401 (re-exported: statuses, the Hub id rule)
@@ -229,6 +229,76 @@ def metrics_table(metrics: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def same_path(a: str, b: str) -> bool:
+    """Whether `a` and `b` name the same file or folder (through symbolic links, or hard links of existing files)."""
+    if _real(a) == _real(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return _real(path).startswith(_real(folder).rstrip(os.sep) + os.sep)
+
+
+def check_written_paths(
+    outputs: Iterable[tuple[str, str | None]],
+    inputs: Iterable[tuple[str, str | None]],
+    written_into: Iterable[tuple[str, str | None]] = (),
+) -> None:
+    """
+    Refuse, before anything is read, written or deleted, a path a command writes that would destroy what it reads:
+    an output that is an input (through a symbolic or hard link too), an output folder that holds an input (replacing
+    the folder deletes it), or an output inside an input folder (a model directory, a saved dataset). Every command
+    that writes runs its paths through here.
+
+    Args:
+        outputs (`Iterable[tuple[str, str | None]]`): `(option, path)` of each file or folder the command writes or
+            replaces whole; `None` paths (options not given) are skipped.
+        inputs (`Iterable[tuple[str, str | None]]`): `(what, path)` of each path it reads (`what` names it in the
+            error, e.g. `"--model"` or `"the QA file being evaluated"`); paths that do not exist here (a Hub repo id)
+            are skipped.
+        written_into (`Iterable[tuple[str, str | None]]`, *optional*): `(option, path)` of folders the command saves
+            into, replacing only its own entries there (a Trainer's `output_dir`): only being an input is refused.
+
+    Raises:
+        [`CLIError`]: naming the output's option and the input it would destroy.
+    """
+    inputs = [(what, path) for what, path in inputs if path and os.path.exists(path)]
+    for option, folder in written_into:
+        for what, path in inputs:
+            if folder and same_path(folder, path):
+                raise CLIError(
+                    f"{option} {folder!r} is {what} ({path!r}), which this command reads: saving there would replace "
+                    "it. Give another path."
+                )
+    for option, output in outputs:
+        if not output:
+            continue
+        for what, path in inputs:
+            if same_path(output, path):
+                raise CLIError(
+                    f"{option} {output!r} is {what} ({path!r}), which this command reads: writing there would destroy "
+                    "it. Give another path."
+                )
+            if os.path.isdir(path) and _is_under(output, path):
+                raise CLIError(
+                    f"{option} {output!r} is inside {what} ({path!r}), which this command reads: give a path outside "
+                    "it."
+                )
+            if _is_under(path, output):
+                raise CLIError(
+                    f"{option} {output!r} holds {what} ({path!r}), which this command reads: replacing it would "
+                    "delete it. Give another path."
+                )
+
+
 @contextlib.contextmanager
 def atomic_output_dir(output: str, overwrite: bool = False) -> Iterator[str]:
     """
@@ -240,8 +310,9 @@ def atomic_output_dir(output: str, overwrite: bool = False) -> Iterator[str]:
     output = os.path.abspath(output)
     parent = os.path.dirname(output)
     if os.path.isdir(parent):
-        # A run killed during its swap: `output` is the old or the new directory again before it is judged.
-        recover_interrupted_save(parent)
+        # A run killed during its swap: `output` is the old or the new directory again before it is judged (only
+        # `output`: a journal in the parent naming its siblings is refused).
+        recover_interrupted_save(parent, only=os.path.basename(output))
     check_output_dir(output, overwrite)
     with replace_directory(output) as folder:
         yield folder

@@ -12,6 +12,7 @@ from .common import (
     architecture_of,
     atomic_output_dir,
     check_output_dir,
+    check_written_paths,
     config_of,
     hub_offline,
     info,
@@ -57,13 +58,23 @@ def run(args) -> int:
 
     source = _resolve_source(args.source, args.revision)
     output = os.path.abspath(args.output)
-    if os.path.abspath(source) == output:
-        raise CLIError("The output directory must differ from the checkpoint directory.")
+    check_written_paths([("The output directory", output)], [("the checkpoint", source)])
     config = config_of(source)
     architecture = architecture_of(config)
     records = os.path.join(source, "block_records.npy")
     has_records = os.path.isfile(records)
     # Refuse before anything is written or loaded.
+    if has_records:
+        from ..retrieval.legacy import UnsupportedRecordsLayout, records_count
+
+        try:
+            records_count(records)  # its header: a plain numeric array is no block texts, and no pickle
+        except UnsupportedRecordsLayout:
+            pass
+        except ValueError as err:
+            raise CLIError(
+                f"{err} Restore the checkpoint's block_records.npy, or remove it to convert the weights only."
+            ) from None
     if has_records and not args.allow_pickle:
         raise CLIError(_PICKLE_REFUSAL.format(records=records))
     check_output_dir(output, args.overwrite)

@@ -6,7 +6,18 @@ import json
 import os
 
 from ..io.atomic import atomic_write_text
-from .common import EXIT_OK, CLIError, State, info, load_openqa, logger, metrics_table, normalize_metric_names
+from .common import (
+    EXIT_OK,
+    CLIError,
+    State,
+    check_written_paths,
+    info,
+    load_openqa,
+    logger,
+    metrics_table,
+    normalize_metric_names,
+    same_path,
+)
 from .readers import load_qa
 
 
@@ -22,23 +33,13 @@ def _check_output_file(option: str, path: str | None) -> None:
         raise CLIError(f"{option} {path!r}: the folder {parent!r} does not exist; create it first.")
 
 
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)  # hard links
-    except OSError:  # one of them does not exist yet
-        return False
-
-
 def _check_outputs(args) -> None:
-    """Refuse outputs that would overwrite the QA file or each other (the QA file was replaced by the metrics)."""
+    """Refuse outputs that would overwrite the QA file, the model or each other (before the evaluation, not after)."""
     outputs = (("--output", args.output), ("--predictions", args.predictions))
     for option, path in outputs:
-        _check_output_file(option, path)  # before the evaluation, not after it
-        if path and _same_file(path, args.qa_file):
-            raise CLIError(f"{option} {path!r} is the QA file being evaluated: write the results to another file.")
-    if args.output and args.predictions and _same_file(args.output, args.predictions):
+        _check_output_file(option, path)
+    check_written_paths(outputs, [("the QA file being evaluated", args.qa_file), ("--model", args.model)])
+    if args.output and args.predictions and same_path(args.output, args.predictions):
         raise CLIError(
             f"--output and --predictions both name {args.output!r}: the predictions would replace the metrics; give "
             "two files."

@@ -13,11 +13,13 @@ from .common import (
     atomic_output_dir,
     check_embedder_dir,
     check_output_dir,
+    check_written_paths,
     config_of,
     default_device,
     embedder_from_dir,
     info,
     load_tokenizer,
+    same_path,
 )
 from .readers import load_documents
 
@@ -58,6 +60,17 @@ def run(args) -> int:
     for path, what in ((model_dir, "Model directory"), (embedder_dir, "Embedder directory")):
         if not os.path.isdir(path):
             raise CLIError(f"{what} {path!r} does not exist.")
+    documents = [("the documents", path) for path in args.documents]
+    models = [
+        ("--model", args.model),
+        ("--document-embedder", args.document_embedder),
+        ("--attach-to", args.attach_to),
+    ]
+    check_written_paths([("--output", args.output)], documents + models)
+    if args.attach_to:
+        # Attaching replaces the model's own retriever/: the weights and config read from that directory stay.
+        others = [(what, path) for what, path in models if path and not same_path(path, args.attach_to)]
+        check_written_paths([("--attach-to", os.path.join(args.attach_to, RETRIEVER_SUBFOLDER))], documents + others)
     # The model is checked from its config before any document is read (reading can take minutes).
     check_embedder_dir(embedder_dir, "--document-embedder" if args.document_embedder else "--model")
     if args.output:

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..io.json_lines import json_lines
+from ..io.json_lines import json_lines, text_lines
 from ..text.user_text import question_text_problems, undecodable_text_problem
 from .common import CLIError, logger
 
@@ -46,6 +46,12 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
     for path in paths:
         if not os.path.exists(path):
             raise CLIError(f"Input {path!r} does not exist.")
+        if not os.path.isfile(path) and not os.path.isdir(path):
+            # A pipe or device: datasets' readers seek, and a FIFO blocks until a writer comes.
+            raise CLIError(
+                f"Input {path!r} is not a regular file (a pipe, FIFO or device): save the data to a file and give "
+                "that file."
+            )
     formats = {file_format(path, fmt) for path in paths}
     if len(formats) > 1:
         raise CLIError(f"Input files mix formats ({', '.join(sorted(formats))}); give files of one format.")
@@ -61,6 +67,8 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
         return loaded
     for path in paths:
         _check_not_empty(path, kind)
+        if kind == "parquet":
+            _check_parquet(path)
     kwargs = {"sep": "\t"} if kind == "csv" and all(p.lower().endswith(".tsv") for p in paths) else {}
     try:
         loaded = datasets.load_dataset(kind, data_files=list(paths), split="train", **kwargs)
@@ -68,8 +76,9 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
         loaded.data.table.validate(full=True)
         return loaded
     except (UnicodeDecodeError, pa.ArrowInvalid) as err:
-        for path in paths:
-            _check_utf8(path)  # names the file and line
+        if kind in ("json", "csv"):  # text formats only: a Parquet file is binary
+            for path in paths:
+                _check_utf8(path)  # names the file and line
         raise CLIError(f"Could not read {', '.join(paths)} as {kind}: {err}") from err
     except datasets.exceptions.DatasetGenerationError as err:
         if kind in ("json", "csv"):
@@ -85,6 +94,30 @@ def load_table(paths: Sequence[str], fmt: str = "auto", split: str = "train"):
             raise
         # datasets' words for files that parse to no row at all (a CSV of a header only).
         raise CLIError(f"{', '.join(paths)}: no records (a header only?): give at least one row.") from None
+
+
+def _check_parquet(path: str) -> None:
+    """
+    Raise a `CLIError` for a Parquet file that is truncated or damaged, has no rows, or has a column twice: from its
+    footer, before datasets reads it (it called a truncated file not UTF-8, and the others failed inside Arrow).
+    """
+    import pyarrow.parquet as pq  # deferred: see load_table
+
+    try:
+        metadata = pq.ParquetFile(path).metadata
+        names = metadata.schema.to_arrow_schema().names
+    except Exception as err:  # noqa: BLE001 - Arrow raises ArrowInvalid, OSError or others for a damaged footer
+        raise CLIError(
+            f"{path} is not a readable Parquet file: it is truncated or damaged ({err}). Copy or write it again."
+        ) from None
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise CLIError(
+            f"{path} has the column(s) {', '.join(map(repr, twice))} more than once: give each column one name (rename "
+            "or drop the copies)."
+        )
+    if metadata.num_rows == 0:
+        raise CLIError(f"{path} holds no rows (columns: {', '.join(names)}): give a file with at least one record.")
 
 
 def _check_not_empty(path: str, kind: str) -> None:
@@ -301,6 +334,9 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
 
     if not os.path.exists(path):
         raise CLIError(f"QA file {path!r} does not exist.")
+    if not os.path.isfile(path) and not os.path.isdir(path):
+        # Read twice (the UTF-8 check, then the records): a pipe would block on the second read.
+        raise CLIError(f"QA file {path!r} is not a regular file (a pipe, FIFO or device): save it to a file first.")
     kind = file_format(path, fmt)
     places = None  # where each record is, for errors: "line N" of a JSON-lines file, else "record N"
     if kind == "json":
@@ -314,7 +350,7 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
                 raise CLIError(f"{path}: invalid JSON: {err}") from err
         else:
             places = []
-            for number, row in json_lines(text.splitlines(), path, CLIError):
+            for number, row in json_lines(text_lines(text), path, CLIError):
                 rows.append(row)
                 places.append(f"line {number}")
         for number, row in enumerate(rows, 1):
@@ -383,8 +419,9 @@ def read_questions(questions: Sequence[str] = (), file: str | None = None) -> li
                 raise CLIError(
                     f"Question file {file!r} is a directory: give a file of questions (one per line, or JSONL)."
                 )
-            if not os.path.isfile(file):
+            if not os.path.exists(file):
                 raise CLIError(f"Question file {file!r} does not exist.")
+            # A pipe is read as it comes (`--file <(grep ... questions.txt)`, a FIFO): it is read once, in order.
             with open(file, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
             name = file
@@ -392,7 +429,7 @@ def read_questions(questions: Sequence[str] = (), file: str | None = None) -> li
         # one is still a JSON line.
         text = text.removeprefix("\ufeff")
         as_json = name.lower().endswith((".jsonl", ".json", ".ndjson"))
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(text_lines(text), 1):
             where = f"{name}, line {number}"
             line = line.strip()
             if not line:

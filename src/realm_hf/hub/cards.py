@@ -19,6 +19,7 @@ from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write_text
+from ..io.paths import check_inside
 from ..logging_utils import get_logger
 from .card_content import (
     DESCRIPTION_ONE_REPO,
@@ -186,6 +187,31 @@ def generate_model_card(
     return render(ModelCard, "model_card.md", data, sections, previous)
 
 
+def existing_card(directory: str | os.PathLike) -> str | None:
+    """
+    The text of the `README.md` in `directory` (whose hand-written parts a new card keeps), or `None` when there is
+    none, or when it is a symbolic link leading out of the directory: a new card never copies another file's text
+    (the link is replaced by the new card, its target left alone).
+    """
+    directory = os.fspath(directory)
+    path = os.path.join(directory, "README.md")
+    if not os.path.isfile(path):
+        return None
+    try:
+        check_inside(directory, path, "README.md", directory)
+    except ValueError:
+        logger.warning(
+            "%s is a symbolic link to %s, outside %s: its text is not copied into the new model card (the link is "
+            "replaced by the card).",
+            path,
+            os.path.realpath(path),
+            directory,
+        )
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def write_model_card(save_directory: str | os.PathLike, model=None, retriever=None, **kwargs) -> str:
     r"""
     Write `README.md` in `save_directory` (atomically), keeping the hand-written parts of the README already there.
@@ -201,9 +227,8 @@ def write_model_card(save_directory: str | os.PathLike, model=None, retriever=No
         `str`: The README path.
     """
     path = os.path.join(save_directory, "README.md")
-    if kwargs.get("existing_readme") is None and os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            kwargs["existing_readme"] = f.read()
+    if kwargs.get("existing_readme") is None:
+        kwargs["existing_readme"] = existing_card(save_directory)
     manifest_file = os.path.join(save_directory, RETRIEVER_SUBFOLDER, MANIFEST_NAME)
     if retriever is not None and kwargs.get("retriever_manifest") is None and os.path.isfile(manifest_file):
         with open(manifest_file, encoding="utf-8") as f:
@@ -278,9 +303,8 @@ def generate_corpus_card(
 def write_corpus_card(save_directory: str | os.PathLike, retriever, **kwargs) -> str:
     """Write the corpus card as `README.md` in `save_directory` (atomically); see [`generate_corpus_card`]."""
     path = os.path.join(save_directory, "README.md")
-    if kwargs.get("existing_readme") is None and os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            kwargs["existing_readme"] = f.read()
+    if kwargs.get("existing_readme") is None:
+        kwargs["existing_readme"] = existing_card(save_directory)
     manifest_file = os.path.join(save_directory, kwargs.get("subfolder") or "", MANIFEST_NAME)
     if kwargs.get("manifest") is None and os.path.isfile(manifest_file):
         with open(manifest_file, encoding="utf-8") as f:

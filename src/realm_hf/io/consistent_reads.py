@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from .locks import directory_lock, held_here
 from .paths import check_inside
-from .staged_saves import JOURNAL_NAME, journal_covers, recover_interrupted_save
+from .staged_saves import JOURNAL_NAME, journal_covers, journal_entries, recover_interrupted_save
 
 # What marks a directory whose saves replace the entries below it: a model directory (its `retriever/`, tokenizer
 # files), a retriever directory (its `tokenizer/`, `corpus/`), a sharded one (its shard folders).
@@ -41,13 +41,28 @@ def _enclosing_directories(path: str) -> list[str]:
     return found[::-1]
 
 
+def _entry_to_recover(directory: str, path: str) -> str | None:
+    """
+    The one entry of `directory` that an interrupted save found there may replace before `path` is read, or `None`
+    for any: the save of a whole saved directory (its journal replaces a config or manifest) completes whole, while in
+    a folder that only holds `path` (the parent of an output swapped in whole) a journal naming other entries is
+    refused, so that a journal planted beside `path` never touches its siblings.
+    """
+    if os.path.normpath(directory) == os.path.normpath(path):
+        return None
+    markers = set(_SAVED_DIRECTORY_MARKERS) - {JOURNAL_NAME}
+    if any(name in markers for name in journal_entries(directory)):
+        return None
+    return os.path.relpath(path, directory).split(os.sep)[0]
+
+
 @contextlib.contextmanager
 def _read_lock(directory: str, path: str) -> Iterator[None]:
     # A save killed after its commit point, between the completion below and the lock, leaves a journal: complete
     # it and take the lock again (each round needs another save to commit and die meanwhile: a few rounds at most).
     for _ in range(100):
         if journal_covers(directory, path):
-            recover_interrupted_save(directory)
+            recover_interrupted_save(directory, only=_entry_to_recover(directory, path))
         with directory_lock(directory, shared=True):
             if not journal_covers(directory, path):
                 yield
@@ -66,7 +81,7 @@ def recover_moved_aside(path: str | os.PathLike) -> bool:
     parent = os.path.dirname(path)
     if os.path.lexists(path) or not os.path.isdir(parent) or not journal_covers(parent, path):
         return False
-    return recover_interrupted_save(parent)
+    return recover_interrupted_save(parent, only=_entry_to_recover(parent, path))
 
 
 def check_loaded_files(directory: str | os.PathLike) -> None:

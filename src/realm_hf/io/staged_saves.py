@@ -47,7 +47,7 @@ class StagedSave:
 
 
 @contextlib.contextmanager
-def staged_save(target: str | os.PathLike) -> Iterator[StagedSave]:
+def staged_save(target: str | os.PathLike, only: str | None = None) -> Iterator[StagedSave]:
     r"""
     Save a set of entries into `target` all at once or not at all, even if the process is killed (SIGKILL, power
     loss after the data reached the disk).
@@ -61,7 +61,9 @@ def staged_save(target: str | os.PathLike) -> Iterator[StagedSave]:
     finishes the swap, so the directory holds the new save. An exception during the swap puts the old entries back.
 
     Only the named entries are touched: other files in `target` (a Trainer's checkpoints, your notes) are kept.
-    Concurrent saves into one directory are serialised with an `flock` on it (POSIX).
+    Concurrent saves into one directory are serialised with an `flock` on it (POSIX). `only` (the one entry this save
+    replaces, as [`replace_directory`] gives it) limits the completion of an interrupted save found in `target` to that
+    entry (see [`recover_interrupted_save`]).
 
     Example:
 
@@ -72,7 +74,7 @@ def staged_save(target: str | os.PathLike) -> Iterator[StagedSave]:
     target = os.path.abspath(os.fspath(target))
     os.makedirs(target, exist_ok=True)
     with directory_lock(target):
-        recover_interrupted_save(target)
+        recover_interrupted_save(target, only=only)
         for name in os.listdir(target):
             if name.startswith(_OLD_STAGING_PREFIXES) and os.path.isdir(os.path.join(target, name)):
                 # A save killed before its commit point: nothing in it was ever part of the directory's content.
@@ -209,17 +211,24 @@ def _read_journal(directory: str) -> dict:
     return journal
 
 
-def recover_interrupted_save(directory: str | os.PathLike) -> bool:
+def recover_interrupted_save(directory: str | os.PathLike, only: str | None = None) -> bool:
     """
     Complete a save into `directory` that was interrupted while its entries were being swapped in (see
     [`staged_save`]), so that the directory holds exactly the new save. Does nothing (and writes nothing) when no
     save was interrupted. Called by realm-hf before it loads or saves a local model or retriever directory.
 
+    Args:
+        directory (`str` or `os.PathLike`): The directory saved into.
+        only (`str`, *optional*): The one entry of `directory` that a save may have replaced there, for a folder that
+            is only the parent of an output swapped in whole ([`replace_directory`]): a journal naming any other entry
+            is refused and nothing is moved, so a journal planted beside an output never touches its siblings.
+
     Returns:
         `bool`: Whether an interrupted save was completed.
 
     Raises:
-        `OSError`: The swap cannot be completed (e.g. the directory is read-only): the message says what to do.
+        `OSError`: The swap cannot be completed (e.g. the directory is read-only), or the journal names entries
+            outside `only`: the message says what to do.
     """
     directory = os.fspath(directory)
     if not os.path.isfile(os.path.join(directory, JOURNAL_NAME)):
@@ -228,6 +237,8 @@ def recover_interrupted_save(directory: str | os.PathLike) -> bool:
         if not os.path.isfile(os.path.join(directory, JOURNAL_NAME)):
             return False  # the saver holding the lock finished meanwhile
         journal = _read_journal(directory)
+        if only is not None:
+            _refuse_other_entries(directory, journal, only)
         try:
             if os.path.isdir(os.path.join(directory, journal["staging"])):
                 _apply_journal(directory, journal)
@@ -242,6 +253,31 @@ def recover_interrupted_save(directory: str | os.PathLike) -> bool:
         "Completed a save into %s that had been interrupted (the directory now holds that save).", directory
     )
     return True
+
+
+def _refuse_other_entries(directory: str, journal: dict, only: str) -> None:
+    others = [
+        name for name in journal["replace"] + journal["remove"] if name != only and not name.startswith(only + "/")
+    ]
+    if others:
+        raise OSError(
+            f"{os.path.join(directory, JOURNAL_NAME)} (the journal of an interrupted realm-hf save) names "
+            f"{', '.join(map(repr, others[:5]))} beside {only!r}: it is not the journal of a save of {only!r}, so it is "
+            f"refused and nothing was moved. If no realm-hf save into {directory} was interrupted, delete the journal "
+            "and run again."
+        )
+
+
+def journal_entries(directory: str | os.PathLike) -> list[str]:
+    """
+    The entries (relative paths) that the journal of an interrupted [`staged_save`] in `directory` replaces or
+    removes; `[]` when there is none. A journal that would move anything out of `directory` is refused (`OSError`).
+    """
+    directory = os.fspath(directory)
+    if not os.path.isfile(os.path.join(directory, JOURNAL_NAME)):
+        return []
+    journal = _read_journal(directory)
+    return list(journal["replace"]) + list(journal["remove"])
 
 
 def journal_covers(directory: str, path: str) -> bool:
@@ -280,7 +316,8 @@ def replace_directory(output: str | os.PathLike) -> Iterator[str]:
     ```"""
     output = os.path.abspath(os.fspath(output))
     parent, name = os.path.split(output)
-    with staged_save(parent) as save:
+    # The parent is only the folder the output sits in: an interrupted save found there may only be of `output`.
+    with staged_save(parent, only=name) as save:
         folder = os.path.join(save.staging, name)
         os.mkdir(folder)
         yield folder
@@ -293,6 +330,7 @@ __all__ = [
     "STAGING_PREFIX",
     "StagedSave",
     "journal_covers",
+    "journal_entries",
     "recover_interrupted_save",
     "replace_directory",
     "staged_save",

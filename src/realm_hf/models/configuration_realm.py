@@ -159,6 +159,20 @@ class RealmConfig(PreTrainedConfig):
         tie_word_embeddings=True,
         **kwargs,
     ):
+        # Sizes are checked where they enter (a config.json among them), naming the field: they failed deep inside
+        # torch or transformers ("integer modulo by zero", "empty(): argument 'size' failed to unpack").
+        _check_size_fields(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            retriever_proj_size=retriever_proj_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_candidates=num_candidates,
+            intermediate_size=intermediate_size,
+            max_position_embeddings=max_position_embeddings,
+            type_vocab_size=type_vocab_size,
+            span_hidden_size=span_hidden_size,
+        )
         # Common config
         self.vocab_size = vocab_size
         self.max_position_embeddings = max_position_embeddings
@@ -264,6 +278,27 @@ class RealmConfig(PreTrainedConfig):
                 f"model_type `{model_type}`, expected `{cls.model_type}`), so its weights would not be loaded.{hint}"
             )
         return config_dict, kwargs
+
+
+#: The fields that size a REALM model's weights (each an integer >= 1).
+SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "retriever_proj_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_candidates",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "span_hidden_size",
+)
+
+
+def _check_size_fields(**sizes) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{name}` must be an integer of at least 1 (a size of the model), got {value!r}.")
 
 
 def _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searcher_beam_size) -> None:

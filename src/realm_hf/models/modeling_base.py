@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import torch
@@ -15,7 +16,7 @@ from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..io.auto_map import model_auto_map, prepare_save, write_auto_module
 from ..io.consistent_reads import consistent_read
 from ..io.staged_saves import staged_save
-from .configuration_realm import RealmConfig
+from .configuration_realm import SIZE_FIELDS, RealmConfig
 
 
 class RealmPreTrainedModel(PreTrainedModel):
@@ -58,6 +59,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         """
         with consistent_read(pretrained_model_name_or_path, kwargs.get("subfolder")):
             _refuse_part_of_a_whole_model(cls, pretrained_model_name_or_path, kwargs.get("subfolder"))
+            _refuse_sizes_the_weights_do_not_have(cls, pretrained_model_name_or_path, model_args, kwargs)
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -144,16 +146,12 @@ class RealmPreTrainedModel(PreTrainedModel):
         staging folder, from the README now in `save_directory`: its hand-written text is kept, and transformers'
         draft Trainer card there is replaced (see `realm_hf/hub/cards.py`).
         """
-        from ..hub.cards import write_model_card  # local import: the card code is needed only when a card is saved
-
-        readme = os.path.join(os.fspath(save_directory), "README.md")
+        # local import: the card code is needed only when a card is saved
+        from ..hub.cards import existing_card, write_model_card
 
         def write_card(folder):
-            existing = None
-            if os.path.isfile(readme):
-                with open(readme, encoding="utf-8") as f:
-                    existing = f.read()
-            write_model_card(folder, model=self, retriever=retriever, existing_readme=existing)
+            existing = existing_card(save_directory)  # a README linked out of the directory is not read
+            write_model_card(folder, model=self, retriever=retriever, existing_readme=existing or "")
 
         return write_card
 
@@ -232,6 +230,99 @@ def _refuse_part_of_a_whole_model(cls, path, subfolder=None) -> None:
                 f"under `{attribute}.`, so `{cls.__name__}.from_pretrained` would start a random one. Load the whole "
                 f"model and take the part: `{whole}.from_pretrained(path).{attribute}`."
             )
+
+
+def _saved_shapes(directory: str) -> tuple[dict[str, tuple], str] | None:
+    """The tensor shapes of a local directory's weights, read from the file headers only, and the file's name."""
+    from safetensors import safe_open  # local: only a local load needs it
+
+    single = os.path.join(directory, "model.safetensors")
+    index = os.path.join(directory, "model.safetensors.index.json")
+    files = []
+    if os.path.isfile(single):
+        files = [single]
+    elif os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map") or {}
+        files = sorted({os.path.join(directory, name) for name in weight_map.values() if isinstance(name, str)})
+    elif os.path.isfile(os.path.join(directory, "pytorch_model.bin")):
+        path = os.path.join(directory, "pytorch_model.bin")
+        # Memory-mapped and without arbitrary unpickling: only the shapes are looked at.
+        state = torch.load(path, map_location="meta", weights_only=True, mmap=True)
+        return {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}, path
+    shapes = {}
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return (shapes, files[0]) if files else None
+
+
+def _refuse_sizes_the_weights_do_not_have(cls, path, model_args, kwargs) -> None:
+    """
+    Refuse, before any weight is allocated, a local directory whose `config.json` sizes the model otherwise than its
+    weights file: a few bytes of JSON (`vocab_size: 1000000000`) made transformers allocate the whole model (gigabytes)
+    and only then report the mismatch. The error names the tensor and the config fields of the differing sizes.
+    """
+    subfolder = kwargs.get("subfolder") or ""
+    directory = os.path.join(os.fspath(path), subfolder) if isinstance(path, (str, os.PathLike)) else None
+    overrides = set(kwargs) & set(RealmConfig().to_dict())
+    if directory is None or not os.path.isdir(directory) or model_args or "config" in kwargs or overrides:
+        return  # a Hub id, or a config given by the caller: transformers' own checks
+    if kwargs.get("ignore_mismatched_sizes"):
+        return
+    config = local_config(path, subfolder)
+    if config is None or config.get("model_type") not in (None, "realm"):
+        return
+    try:
+        saved = _saved_shapes(directory)
+    except Exception:  # noqa: BLE001 - a damaged weights file: the load itself names it
+        return
+    if saved is None:
+        return
+    shapes, weights_file = saved
+    realm_config = cls.config_class.from_pretrained(directory)
+    held = sum(math.prod(shape) for shape in shapes.values())
+    _refuse_more_weights_than_held(realm_config, _one_encoder_size(realm_config), held, directory, weights_file)
+    with torch.device("meta"):  # shapes only, nothing allocated
+        model = cls(realm_config)
+    for key, tensor in model.state_dict().items():
+        found = shapes.get(key)
+        if found is None or tuple(tensor.shape) == found:
+            continue
+        expected = tuple(tensor.shape)
+        differing = (
+            {want for want, have in zip(expected, found) if want != have} if len(expected) == len(found) else set()
+        )
+        fields = [name for name in SIZE_FIELDS if getattr(realm_config, name, None) in differing]
+        named = f" ({', '.join(f'{name}={getattr(realm_config, name)}' for name in fields)})" if fields else ""
+        raise ValueError(
+            f"{os.path.join(directory, 'config.json')} does not size the model as its weights do: `{key}` is "
+            f"{list(found)} in {weights_file}, but the config makes it {list(expected)}{named}. The config was edited "
+            "or comes from another model: restore the config.json saved with these weights."
+        )
+    _refuse_more_weights_than_held(
+        realm_config, sum(t.numel() for t in model.state_dict().values()), held, directory, weights_file
+    )
+
+
+def _one_encoder_size(config) -> int:
+    """The weights of one BERT encoder of `config` (every REALM model has at least one), from its sizes alone."""
+    h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+    return embeddings + layers * (4 * h * h + 2 * h * i)
+
+
+def _refuse_more_weights_than_held(config, wanted: int, held: int, directory: str, weights_file: str) -> None:
+    # Weights the file lacks are initialised fresh (a new head, a document embedder: fine); a config asking for far
+    # more than the file holds (`num_hidden_layers: 100000`) is not a model of these weights.
+    if wanted > 4 * held + (1 << 22):
+        sizes = ", ".join(f"{name}={getattr(config, name)}" for name in SIZE_FIELDS)
+        raise ValueError(
+            f"{os.path.join(directory, 'config.json')} asks for a model of at least {wanted:,} weights, but "
+            f"{weights_file} holds {held:,} ({sizes}): the config does not belong to these weights. Restore the "
+            "config.json saved with them."
+        )
 
 
 def check_input_shape(name: str, tensor, expected: tuple, meaning: str) -> None:

@@ -163,7 +163,8 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         kwargs: Everything else `transformers.pipeline` takes (`tokenizer`, `revision`, `token`, `device`,
             `model_kwargs`, ...) and the pipeline parameters (`top_k`, `num_blocks`, `max_answer_len`, `batch_size`).
             For a REALM model `dtype` is the compute dtype of every call (bf16 autocast, see
-            [`RealmQuestionAnsweringPipeline`]), not the dtype the weights are loaded in.
+            [`RealmQuestionAnsweringPipeline`]), not the dtype the weights are loaded in, and `trust_remote_code` is
+            ignored: realm-hf's own classes load it, and no code file of the folder or repo runs.
 
     Example:
 
@@ -195,6 +196,11 @@ def pipeline(task: str | None = None, model: Any = None, **kwargs) -> Pipeline:
         if task == REALM_QA_TASK or is_realm_model(model, kwargs.get("config"), **hub_kwargs):
             register_pipeline()  # normally done by `import realm_hf`; cheap and idempotent
             kwargs.setdefault("pipeline_class", RealmQuestionAnsweringPipeline)
+            # realm-hf's own classes answer (registered above): no file of the folder needs to run, so none does,
+            # whatever `trust_remote_code` says (its realm_hf_auto.py may have been edited by anyone).
+            kwargs["trust_remote_code"] = False
+            if "trust_remote_code" in model_kwargs:
+                kwargs["model_kwargs"] = dict(model_kwargs, trust_remote_code=False)
             dtype = parse_dtype(kwargs.pop("dtype", None))  # REALM's compute dtype: weights load as saved
             qa = transformers.pipeline(REALM_QA_TASK, model=model, **kwargs)
             if dtype is not None:

@@ -17,10 +17,28 @@ from ..io.checksums import file_sha256
 SPARSE_PARAMS_NAME = "bm25_params.json"
 SPARSE_BLOCK_IDS_NAME = "bm25_block_ids.npy"
 HYBRID_MODES = ("candidates", "rrf")
+# The files `bm25s` saves an index in (`BM25.save`'s names), and what its parameters file may hold.
+_LIBRARY_PARAMS, _VOCABULARY, _NONOCCURRENCE = "params.index.json", "vocab.index.json", "nonoccurrence_array.index.npy"
+_DATA, _INDICES, _INDPTR = "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy"
+_BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+_LIBRARY_CHOICES = {
+    "method": _BM25_METHODS,
+    "idf_method": (*_BM25_METHODS, None),
+    "backend": ("numpy", "numba", "auto"),
+    "csc_backend": ("numpy", "scipy"),
+    "auto_compile": (True, False),
+}
+_RESAVE_HINT = (
+    "Restore the file from the original save, or build and save the hybrid retriever again (`retriever.use_bm25()`, "
+    "or `realm-hf index ... --index Flat+bm25`)."
+)
 
 
 def check_hybrid_settings(mode: str, sparse_k) -> None:
-    """Refuse an unknown hybrid `mode` and a `sparse_k` that is not a positive integer (or `None`)."""
+    """
+    Refuse an unknown hybrid `mode` and a `sparse_k` that is not a positive integer (or `None`). A `sparse_k` above
+    the number of blocks is allowed: a search takes at most every block (see [`BM25BlockIndex.nearest`]).
+    """
     if mode not in HYBRID_MODES:
         raise ValueError(f"`mode` must be one of {', '.join(map(repr, HYBRID_MODES))}, got {mode!r}.")
     if sparse_k is not None and (isinstance(sparse_k, bool) or not isinstance(sparse_k, int) or sparse_k < 1):
@@ -58,7 +76,8 @@ class BM25BlockIndex:
         block_ids (`np.ndarray`): The block id of each of its documents, in order.
         stopwords (`str`, *optional*): The stopword list its texts were tokenized with (questions use the same).
         mode (`str`, *optional*, defaults to `"candidates"`): How a hybrid search ranks: `"candidates"` or `"rrf"`.
-        sparse_k (`int`, *optional*): BM25 candidates per question; defaults to the search's `k`.
+        sparse_k (`int`, *optional*): BM25 candidates per question; defaults to the search's `k`. Above the number of
+            blocks it means every block that shares a term with the question (nothing is sized by it).
     """
 
     def __init__(self, bm25, block_ids, stopwords: str | None = "en", mode: str = "candidates", sparse_k=None):
@@ -118,19 +137,19 @@ class BM25BlockIndex:
 
     def nearest(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """
-        `(block_ids, scores)` of the `k` best blocks of each question by BM25, each `(len(questions), k)`, best first;
-        `-1` (score 0) where fewer than `k` blocks share a term with the question.
+        `(block_ids, scores)` of the `k` best blocks of each question by BM25, best first, each of shape
+        `(len(questions), min(k, len(self)))`: a `k` above the number of blocks (a `sparse_k` of 10**9) takes every
+        block, and sizes nothing. `-1` (score 0) where fewer blocks share a term with the question.
         """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"`k` must be a positive integer, got {k!r}.")
         bm25s = require_bm25s()
-        k_found = min(k, len(self))
+        width = min(int(k), len(self))
         tokens = bm25s.tokenize(list(questions), stopwords=self.stopwords, show_progress=False)
-        rows, scores = self.bm25.retrieve(tokens, k=k_found, show_progress=False, n_threads=1)
-        ids = np.full((len(questions), k), -1, dtype=np.int64)
-        out = np.zeros((len(questions), k), dtype=np.float32)
+        rows, scores = self.bm25.retrieve(tokens, k=width, show_progress=False, n_threads=1)
         matched = scores > 0  # BM25 0: no shared term, not a candidate
-        ids[:, :k_found] = np.where(matched, self.block_ids[rows], -1)
-        out[:, :k_found] = np.where(matched, scores, 0.0)
-        return ids, out
+        ids = np.where(matched, self.block_ids[rows], -1).astype(np.int64)
+        return ids, np.where(matched, scores, 0.0).astype(np.float32)
 
     def save(self, directory: str) -> dict:
         """
@@ -154,7 +173,9 @@ class BM25BlockIndex:
     def load(cls, directory: str, files: dict | None = None) -> BM25BlockIndex:
         """
         Read an index [`~BM25BlockIndex.save`] wrote (never unpickling); with `files` (what `save` returned), every
-        file's size and sha256 is checked first.
+        file's size and sha256 is checked first. Every file is checked before `bm25s` reads it (its JSON, the shape
+        and length of each array against the file's size, and the arrays against each other), so a damaged file is
+        refused with a `ValueError` naming it, and no size read from a file is allocated before it is checked.
         """
         bm25s = require_bm25s()
         for name, expected in (files or {}).items():
@@ -163,18 +184,136 @@ class BM25BlockIndex:
                 raise ValueError(
                     f"{path} is missing or differs from the file saved with this index: save the hybrid retriever again."
                 )
-        bm25 = bm25s.BM25.load(directory, allow_pickle=False)
-        block_ids = np.load(os.path.join(directory, SPARSE_BLOCK_IDS_NAME), allow_pickle=False)
-        with open(os.path.join(directory, SPARSE_PARAMS_NAME), encoding="utf-8") as f:
-            params = json.load(f)
-        settings = params.get("hybrid") or {}
+        params_path = os.path.join(directory, SPARSE_PARAMS_NAME)
+        params = _json_object(params_path)
+        stopwords, settings = params.get("stopwords"), params.get("hybrid") or {}
+        try:
+            if isinstance(stopwords, bool) or not isinstance(stopwords, (str, list, type(None))):
+                raise ValueError("not a list's name")
+            bm25s.tokenize(["a question"], stopwords=stopwords, show_progress=False)
+        except (ValueError, TypeError, AttributeError):
+            raise _damaged(
+                params_path, f"`stopwords` must name a stopword list of bm25s or be null, got {stopwords!r}"
+            ) from None
+        if not isinstance(settings, dict):
+            raise _damaged(params_path, f"`hybrid` must be a JSON object, got {settings!r}")
+        mode, sparse_k = settings.get("mode") or "candidates", settings.get("sparse_k")
+        try:
+            check_hybrid_settings(mode, sparse_k)
+        except ValueError as err:
+            raise _damaged(params_path, str(err).rstrip(".")) from None
+        num_blocks, _ = _checked_npy(os.path.join(directory, SPARSE_BLOCK_IDS_NAME), "iu")
+        bm25 = _load_library_index(bm25s, directory, num_blocks)
         return cls(
             bm25,
-            block_ids,
-            params.get("stopwords"),
-            settings.get("mode") or "candidates",
-            settings.get("sparse_k"),
+            np.load(os.path.join(directory, SPARSE_BLOCK_IDS_NAME), allow_pickle=False),
+            stopwords,
+            mode,
+            sparse_k,
         )
+
+
+def _damaged(path: str, reason: str) -> ValueError:
+    return ValueError(f"{path} is damaged: {reason}. {_RESAVE_HINT}")
+
+
+def _json_object(path: str) -> dict:
+    """The JSON object in `path`, else a `ValueError` naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise _damaged(path, f"not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise _damaged(path, f"a JSON object expected, got a {type(value).__name__}")
+    return value
+
+
+def _checked_npy(path: str, kinds: str) -> tuple[int, np.dtype]:
+    """
+    The length and dtype of the 1-D `.npy` array in `path` from its header, checked against the file's size (a header
+    cannot make a small file allocate a huge array), refused naming the file unless its dtype kind is in `kinds`.
+    """
+    from numpy.lib import format as npy_format
+
+    with open(path, "rb") as f:
+        try:
+            version = npy_format.read_magic(f)
+            read_header = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
+            if version not in read_header:
+                raise ValueError(f".npy format version {version}")
+            shape, _fortran, dtype = read_header[version](f)
+        except ValueError as err:
+            raise _damaged(path, f"not a .npy array file ({err})") from None
+        data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+    if dtype.hasobject or dtype.kind not in kinds or dtype.shape or len(shape) != 1:
+        raise _damaged(path, f"it holds a {dtype} array of shape {shape}, not a 1-D array of numbers")
+    if shape[0] * dtype.itemsize != data_bytes:
+        raise _damaged(
+            path, f"its header announces {shape[0]} items ({shape[0] * dtype.itemsize} bytes) in {data_bytes} bytes"
+        )
+    return shape[0], dtype
+
+
+def _check_library_params(params: dict, path: str, num_docs: int, has_nonoccurrence: bool) -> None:
+    """Refuse `bm25s` parameters (`params.index.json`) that realm-hf's saves never hold, or for another corpus size."""
+    known = {"k1", "b", "delta", "dtype", "int_dtype", "version", "num_docs", *_LIBRARY_CHOICES}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise _damaged(path, f"unknown parameters {unknown}")
+    count = params.get("num_docs")
+    if isinstance(count, bool) or not isinstance(count, int) or count != num_docs:
+        raise _damaged(path, f"`num_docs` is {count!r}, but {SPARSE_BLOCK_IDS_NAME} labels {num_docs} blocks")
+    for key in ("k1", "b", "delta"):
+        value = params.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise _damaged(path, f"`{key}` must be a number, got {value!r}")
+    for key, kinds in (("dtype", "f"), ("int_dtype", "iu")):
+        try:
+            ok = np.dtype(params.get(key, "float32" if kinds == "f" else "int32")).kind in kinds
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise _damaged(path, f"`{key}` must name a numeric dtype, got {params.get(key)!r}")
+    for key, choices in _LIBRARY_CHOICES.items():
+        if key in params and params[key] not in choices:
+            raise _damaged(path, f"`{key}` must be one of {choices}, got {params[key]!r}")
+    if params.get("method") in ("bm25l", "bm25+") and not has_nonoccurrence:
+        raise _damaged(path, f"method {params['method']!r} needs {_NONOCCURRENCE}, which is missing")
+
+
+def _load_library_index(bm25s, directory: str, num_docs: int):
+    """The `bm25s.BM25` saved in `directory`, each of its files checked before and after `bm25s` reads it."""
+    path = {name: os.path.join(directory, name) for name in (_LIBRARY_PARAMS, _VOCABULARY, _DATA, _INDICES, _INDPTR)}
+    nonoccurrence = os.path.join(directory, _NONOCCURRENCE)
+    _check_library_params(
+        _json_object(path[_LIBRARY_PARAMS]), path[_LIBRARY_PARAMS], num_docs, os.path.isfile(nonoccurrence)
+    )
+    vocabulary = _json_object(path[_VOCABULARY])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocabulary.values()):
+        raise _damaged(path[_VOCABULARY], "its token ids must be integers")
+    lengths = {
+        name: _checked_npy(path[name], kinds)[0] for name, kinds in ((_DATA, "f"), (_INDICES, "iu"), (_INDPTR, "iu"))
+    }
+    if os.path.isfile(nonoccurrence):
+        lengths[_NONOCCURRENCE] = _checked_npy(nonoccurrence, "f")[0]
+    bm25 = bm25s.BM25.load(directory, allow_pickle=False, show_progress=False)
+    data, indices, indptr = (np.asarray(bm25.scores[key]) for key in ("data", "indices", "indptr"))
+    if len(indices) != len(data):
+        raise _damaged(path[_INDICES], f"it holds {len(indices)} entries, but {_DATA} {len(data)} scores")
+    if len(indptr) < 1 or indptr[0] != 0 or indptr[-1] != len(data) or (np.diff(indptr) < 0).any():
+        raise _damaged(path[_INDPTR], f"it is not the offsets of each term's scores in {_DATA} ({len(data)} scores)")
+    if len(indices) and (indices.min() < 0 or indices.max() >= num_docs):
+        raise _damaged(path[_INDICES], f"it names blocks outside the {num_docs} the index holds")
+    if not np.isfinite(data).all():
+        raise _damaged(path[_DATA], "it holds scores that are not finite numbers")
+    terms = len(indptr) - 1
+    # bm25s may give the empty token (for questions with no known term) the id after the last term's.
+    if any(not 0 <= v < terms + (token == "") for token, v in vocabulary.items()):
+        raise _damaged(path[_VOCABULARY], f"its token ids must be below the {terms} terms of {_INDPTR}")
+    if lengths.get(_NONOCCURRENCE, terms) != terms:
+        raise _damaged(nonoccurrence, f"it holds {lengths[_NONOCCURRENCE]} scores for the {terms} terms of {_INDPTR}")
+    return bm25
 
 
 def reciprocal_rank_fusion(rankings: list[np.ndarray], k: int, constant: int = 60) -> np.ndarray:

@@ -307,6 +307,12 @@ def check_doc_id(doc_id, what: str) -> int | str:
     names a document in `remove_documents`, so it must be hashable and compare as the user wrote it.
     """
     if isinstance(doc_id, str):
+        if not doc_id.strip():
+            # Accepted, it named a document nothing could remove (the server strips what it is sent).
+            raise ValueError(
+                f"{what} is {doc_id!r}, an empty string: a doc_id names a document (to remove it). Give it a "
+                "non-empty id, or none to number the documents by position."
+            )
         return doc_id
     if isinstance(doc_id, (int, np.integer)) and not isinstance(doc_id, bool):
         return int(doc_id)

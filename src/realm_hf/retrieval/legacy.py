@@ -136,7 +136,14 @@ def _drop_mapped_pages(rows: torch.Tensor) -> None:
 
 
 def check_pickle_opt_in(records_path: str, allow_pickle: bool) -> None:
-    """Refuse to read a pickled `block_records.npy` unless the caller opted in ([`pickle_allowed`])."""
+    """
+    Refuse to read a pickled `block_records.npy` unless the caller opted in ([`pickle_allowed`]); a file that is no
+    object array (plain numbers, or not a `.npy` file) is refused as not holding block texts, not called pickled.
+    """
+    try:
+        records_count(records_path)  # the header only: nothing is unpickled
+    except UnsupportedRecordsLayout:
+        pass  # a layout the streaming reader does not know: it may still be a pickled array
     if not pickle_allowed(allow_pickle):
         raise ValueError(
             f"{records_path} is a pickled numpy object array: loading it runs the pickle, which can execute "
@@ -146,11 +153,26 @@ def check_pickle_opt_in(records_path: str, allow_pickle: bool) -> None:
         )
 
 
-def _decode_legacy_records(records: np.ndarray) -> list[str]:
+def record_text(record, row: int, path: str) -> str:
+    """
+    One legacy block record as text: UTF-8 bytes (what the legacy checkpoints hold) or a string. Anything else is
+    refused naming the row: `str()` made block texts of `nan`, `True` or a Python list.
+    """
+    if isinstance(record, bytes):
+        return record.decode("utf-8")
+    if isinstance(record, str):
+        return record
+    raise ValueError(
+        f"{path}: record {row} is a {type(record).__name__} ({record!r:.40}), not a block text (bytes or a string): "
+        "the file is not the block records of a legacy REALM checkpoint, or it is damaged."
+    )
+
+
+def _decode_legacy_records(records: np.ndarray, path: str) -> list[str]:
     texts = []
     for start in range(0, len(records), _DECODE_CHUNK_ROWS):
         chunk = records[start : start + _DECODE_CHUNK_ROWS]
-        texts.extend(r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk)
+        texts.extend(record_text(r, start + i, path) for i, r in enumerate(chunk))
         # Drop the decoded bytes as we go: the 13M-record legacy array is 12.6 GB.
         records[start : start + _DECODE_CHUNK_ROWS] = None
     return texts
@@ -181,7 +203,7 @@ def read_legacy_blocks(legacy_dir: str, block_emb=None, allow_pickle: bool = Fal
         raise ValueError(
             f"{LEGACY_BLOCK_RECORDS} has {records.shape} records but block_emb has {len(block_emb)} rows."
         )
-    texts = _decode_legacy_records(records)
+    texts = _decode_legacy_records(records, records_path)
     del records
     n = len(texts)
     block_ids = np.arange(n, dtype=np.int64)
@@ -363,6 +385,8 @@ def _scan_prefix(f, path: str) -> tuple[int, int]:
         elif opcode.name == "MEMOIZE":
             memo += 1
         elif opcode.name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            if int(arg) > memo:  # pickle numbers its memo in order: a jump would size the table below from the file
+                raise UnsupportedRecordsLayout(f"{path}: memo index {arg} out of sequence")
             memo = max(memo, int(arg) + 1)
         elif opcode.name == "EMPTY_LIST":
             if not _ARRAY_GLOBALS <= names:
@@ -380,6 +404,7 @@ def _iter_items(path: str) -> Iterator[bytes]:
         start, memo_len = _scan_prefix(f, path)
         f.seek(start)
         r = _Reader(f, start)
+        size = os.fstat(f.fileno()).st_size
         # File offset of the item opcode behind each memo entry (-1: not an item), for BINGET of a repeated object.
         memo_offsets = np.full(max(16, memo_len + 1), -1, dtype=np.int64)
         last_offset, seen = -1, 0
@@ -391,15 +416,22 @@ def _iter_items(path: str) -> Iterator[bytes]:
             if width is not None:
                 last_offset = r.base + r.pos - 1
                 n = r.uint(width)
+                if r.base + r.pos + n > size:  # a length read from the file: bounded by the file before any read
+                    raise ValueError(
+                        f"{path}: record {seen} is said to hold {n} bytes, past the end of the file: the file is "
+                        "truncated or damaged. Download or copy it again."
+                    )
                 r.need(n)
                 yield r.buf[r.pos : r.pos + n]
                 r.pos += n
                 seen += 1
             elif op in (_MEMOIZE, _BINPUT, _LONG_BINPUT):
                 index = memo_len if op == _MEMOIZE else r.uint(1 if op == _BINPUT else 4)
+                if index > memo_len:  # in order, as pickle writes it: the table grows with the file, not its claims
+                    raise UnsupportedRecordsLayout(f"{path}: memo index {index} out of sequence")
                 memo_len = max(memo_len, index + 1)
                 if index >= len(memo_offsets):
-                    memo_offsets = np.concatenate([memo_offsets, np.full(len(memo_offsets) + index, -1, np.int64)])
+                    memo_offsets = np.concatenate([memo_offsets, np.full(len(memo_offsets), -1, np.int64)])
                 memo_offsets[index] = last_offset
                 last_offset = -1
             elif op in (_BINGET, _LONG_BINGET):
@@ -424,7 +456,8 @@ def _read_item_at(f, offset: int) -> bytes:
     op = os.pread(f.fileno(), 1, offset)[0]
     width = _ITEM_LENGTH_BYTES[op]
     n = int.from_bytes(os.pread(f.fileno(), width, offset + 1), "little")
-    return os.pread(f.fileno(), n, offset + 1 + width)
+    # Checked when the item was first read: within the file.
+    return os.pread(f.fileno(), min(n, os.fstat(f.fileno()).st_size), offset + 1 + width)
 
 
 def _string_array(payloads: list[bytes], first_row: int, path: str) -> pa.Array:
@@ -473,5 +506,5 @@ def iter_loaded_record_chunks(path: str, chunk_rows: int = RECORD_CHUNK_ROWS) ->
         raise ValueError(f"{path} holds an array of shape {records.shape}; expected 1-D block texts.")
     for start in range(0, len(records), chunk_rows):
         chunk = records[start : start + chunk_rows]
-        yield pa.array([r.decode("utf-8") if isinstance(r, bytes) else str(r) for r in chunk], type=pa.string())
+        yield pa.array([record_text(r, start + i, path) for i, r in enumerate(chunk)], type=pa.string())
         records[start : start + chunk_rows] = None  # free the bytes as we go

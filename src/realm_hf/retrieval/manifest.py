@@ -231,6 +231,14 @@ def verify_retriever_files(path: str, manifest: dict, verify_checksums: bool) ->
     manifest_path = os.path.join(path, MANIFEST_NAME)
     files = manifest.get("files")
     if files is None:
+        # Only format-1 saves predate the file list; without it no file is checked (a BM25 index or corpus of
+        # another save would load), so a manifest that should have one and has none is refused.
+        if manifest.get("format_version", 1) >= 2 or "sparse_index" in manifest or "model_files" in manifest:
+            raise ValueError(
+                f"{manifest_path} has no `files` list (the size and sha256 of every file of the save), which every "
+                f"save of format {manifest.get('format_version')} records: it was edited or damaged, and the files "
+                f"cannot be checked. {REBUILD_HINT}"
+            )
         logger.debug("%s records no file checksums (saved by an older realm-hf): files not verified.", manifest_path)
         return
     check_recorded_files(path, files, verify_checksums, manifest_path, "'files'")

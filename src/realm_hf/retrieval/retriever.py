@@ -253,7 +253,8 @@ class RealmRetriever:
                 by the dense score q·e of their stored embeddings (p(z|x) stays a softmax of dense scores); `"rrf"`:
                 the fused top `k` by reciprocal-rank fusion of both ranks (scores still dense). `None` keeps the held
                 index's mode.
-            sparse_k (`int`, *optional*): BM25 candidates per question (`None`: the held index's, else `k`).
+            sparse_k (`int`, *optional*): BM25 candidates per question (`None`: the held index's, else `k`); above the
+                number of blocks, every block that shares a term with the question.
         """
         check_hybrid_settings(mode or "candidates", sparse_k)
         with self._lock:
@@ -345,12 +346,17 @@ class RealmRetriever:
         """
         Write the current store, tokenizer and manifest into `directory`, a new or empty folder (the staging folder of
         a save: [`~RealmRetriever.save_pretrained`] or a model's); returns the store written, for `follow_save`.
+
+        Written under the retriever's lock, so a save is consistent while other threads add or remove documents.
         """
-        store = self._store
-        directory = os.fspath(directory)
-        write_store(
-            store, directory, self.tokenizer, self.max_block_length, corpus_format, max_shard_size, model_files
-        )
+        # An add or remove reuses the index memory of the store it replaces (`BlockIndex.added`): writing that store
+        # outside the lock could save vectors of another state than its corpus and manifest.
+        with self._lock:
+            store = self._store
+            write_store(
+                store, os.fspath(directory), self.tokenizer, self.max_block_length, corpus_format, max_shard_size,
+                model_files,
+            )
         return store
 
     def follow_save(self, store: BlockStore, directory: str | os.PathLike) -> None:

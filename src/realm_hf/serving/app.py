@@ -6,10 +6,26 @@ source block with the answer highlighted, and the same answers through Gradio's 
 
 from __future__ import annotations
 
+import functools
 import html
+import inspect
+import ipaddress
+import json
+import os
+from collections.abc import Sequence
 from typing import Any
 
+from ..constants import SERVE_ALLOWED_HOSTS_ENV
 from .service import MAX_TOP_K, RealmQAService, WriteRefused
+
+#: The names of this machine's loopback interface: always served.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: The largest request body the server reads (a question, a document to add, an upload), in bytes.
+MAX_REQUEST_SIZE = 1 << 20
+#: The header that carries the write token on an upload (the app itself takes no files).
+WRITE_TOKEN_HEADER = "x-realm-write-token"
+# Gradio's routes that store a client's files in its temporary folder (served back under `/file=`).
+_UPLOAD_ROUTES = ("/upload", "/process_recording")
 
 # Styles inline in the answers' HTML: the page needs no theme or stylesheet of its own (the same app runs as a Space).
 _MARK_STYLE = "background:#ffe066;color:#000;padding:0 2px;border-radius:2px"
@@ -66,6 +82,149 @@ def answers_html(records: list[dict[str, Any]]) -> str:
     return "\n".join(cards)
 
 
+def _host_name(header: str) -> str:
+    """The host of a `Host` header, lower-case, without its port (`[::1]:7860` -> `::1`)."""
+    header = header.strip().lower().rstrip(".")
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return host in ("", "*")
+
+
+def served_hosts(server_name: str | None, allowed_hosts: Sequence[str] = ()) -> tuple[str, ...]:
+    """
+    The host names a server bound to `server_name` answers to: loopback, the address it is bound to (unless every
+    address, `0.0.0.0`), `allowed_hosts`, the names in `REALM_HF_SERVE_ALLOWED_HOSTS` (comma-separated) and, on a Hub
+    Space, its `SPACE_HOST`. A name may start with `*.` (any subdomain); `"*"` allows any host (no check).
+    """
+    names = list(LOOPBACK_HOSTS)
+    if server_name and not _is_wildcard(_host_name(server_name)):
+        names.append(_host_name(server_name))
+    names += [_host_name(n) for n in allowed_hosts]
+    names += [_host_name(n) for n in os.environ.get(SERVE_ALLOWED_HOSTS_ENV, "").split(",") if n.strip()]
+    if os.environ.get("SPACE_HOST"):
+        names.append(_host_name(os.environ["SPACE_HOST"]))
+    return tuple(dict.fromkeys(n if n != "" else "*" for n in names))
+
+
+class RequestGuard:
+    r"""
+    ASGI middleware in front of the served app: refuses a request whose `Host` header names a host the server does
+    not serve (400: a page on another site that re-points its name to this machine, DNS rebinding, cannot read the
+    corpus through `/answer`), an upload without the write token in the `X-Realm-Write-Token` header (403: the page
+    takes no files, and Gradio would store and serve back any client's), and a request body over `max_request_size`
+    bytes (413), before the app reads it. [`build_app`]'s app adds it when launched; mounting the app in your own
+    FastAPI app, add it there: `fastapi_app.add_middleware(RequestGuard, hosts=..., service=app.realm_service)`.
+
+    Args:
+        app: The ASGI app it guards.
+        hosts (`Sequence[str]`): The host names served (see [`served_hosts`]).
+        service ([`RealmQAService`]): Whose write token allows uploads.
+        max_request_size (`int`, *optional*, defaults to 1 MiB): The largest request body read, in bytes.
+    """
+
+    def __init__(self, app, hosts: Sequence[str], service: RealmQAService, max_request_size: int = MAX_REQUEST_SIZE):
+        self.app, self.service, self.max_request_size = app, service, int(max_request_size)
+        self.any_host = "*" in hosts
+        self.hosts = frozenset(h for h in hosts if not h.startswith("*."))
+        self.suffixes = tuple(h[1:] for h in hosts if h.startswith("*."))
+
+    def host_allowed(self, header: str | None) -> bool:
+        """Whether a request with this `Host` header is served."""
+        if self.any_host:
+            return True
+        host = _host_name(header or "")
+        return bool(host) and (host in self.hosts or host.endswith(self.suffixes))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        if not self.host_allowed(headers.get("host")):
+            if scope["type"] == "websocket":
+                return await send({"type": "websocket.close", "code": 1008})
+            return await _respond(
+                send,
+                400,
+                f"Host {headers.get('host')!r} is not served here. Serving another name (behind a proxy): start the "
+                f"server with --allowed-host NAME or {SERVE_ALLOWED_HOSTS_ENV}=NAME.",
+            )
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "").rstrip("/")
+        if path.endswith(_UPLOAD_ROUTES) and not self.service.token_matches(headers.get(WRITE_TOKEN_HEADER)):
+            return await _respond(send, 403, f"Uploads need the server's write token (header {WRITE_TOKEN_HEADER}).")
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_request_size):
+            return await _respond(send, 413, f"The request is larger than {self.max_request_size} bytes.")
+        return await self._bounded(scope, receive, send)
+
+    async def _bounded(self, scope, receive, send):
+        # A body without Content-Length (chunked) is counted as it arrives; over the limit, the app sees the client
+        # leave and the client gets 413.
+        read, over, started = 0, False, False
+
+        async def counted_receive():
+            nonlocal read, over
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > self.max_request_size:
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            if over and not started:
+                return  # the 413 below answers instead
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except Exception:
+            if not over:
+                raise
+        if over and not started:
+            await _respond(send, 413, f"The request is larger than {self.max_request_size} bytes.")
+
+
+async def _respond(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode("utf-8")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@functools.cache
+def _guarded_blocks_class(gr):
+    class RealmServedBlocks(gr.Blocks):
+        """`gradio.Blocks` whose `launch` puts [`RequestGuard`] in front of the app (and Gradio's own upload limit)."""
+
+        def launch(self, *args, **kwargs):
+            bound = inspect.signature(gr.Blocks.launch).bind_partial(self, *args, **kwargs).arguments
+            server_name = bound.get("server_name") or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+            hosts = served_hosts(server_name, self.realm_allowed_hosts)
+            app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+            from starlette.middleware import Middleware  # a dependency of gradio, which is optional here
+
+            guard = Middleware(
+                RequestGuard, hosts=hosts, service=self.realm_service, max_request_size=self.realm_max_request_size
+            )
+            app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), guard]
+            kwargs.setdefault("max_file_size", self.realm_max_request_size)
+            return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
+    return RealmServedBlocks
+
+
 def build_app(
     model,
     tokenizer=None,
@@ -75,6 +234,8 @@ def build_app(
     num_blocks: int | None = None,
     title: str = "REALM question answering",
     concurrency: int = 4,
+    allowed_hosts: Sequence[str] = (),
+    max_request_size: int = MAX_REQUEST_SIZE,
     dtype=None,
 ):
     r"""
@@ -97,13 +258,21 @@ def build_app(
         title (`str`, *optional*): The page's heading and browser tab title.
         concurrency (`int`, *optional*, defaults to 4): Questions answered at the same time (the model's answering is
             thread-safe; each answer comes from one state of the index, also while documents change).
+        allowed_hosts (`Sequence[str]`, *optional*): Host names served besides loopback and the address bound (e.g.
+            the public name of a proxy in front; `*.example.org` for subdomains): requests naming another host in
+            their `Host` header are refused (see [`RequestGuard`], [`served_hosts`]).
+        max_request_size (`int`, *optional*, defaults to 1 MiB): The largest request body the server reads, in bytes.
         dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of every answer (`"bf16"`,
             `"auto"`, `"int8"` on a CPU; see `RealmForOpenQA.answer`).
 
     Returns:
-        `gradio.Blocks`.
+        `gradio.Blocks`; its `launch` puts [`RequestGuard`] in front of the app.
     """
     gr = require_gradio()
+    if isinstance(max_request_size, bool) or not isinstance(max_request_size, int) or max_request_size < 1:
+        raise ValueError(f"max_request_size must be a positive number of bytes, got {max_request_size!r}.")
+    if isinstance(allowed_hosts, str):
+        allowed_hosts = [allowed_hosts]
     service = RealmQAService(
         model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks, dtype=dtype
     )
@@ -146,7 +315,7 @@ def build_app(
         return f'<p class="realm-write-status">Done: {html.escape(str(result))}</p>'
 
     corpus_size = model.retriever.num_blocks
-    with gr.Blocks(title=title, analytics_enabled=False) as app:
+    with _guarded_blocks_class(gr)(title=title, analytics_enabled=False) as app:
         gr.Markdown(f"# {html.escape(title)}\nAnswers from a corpus of {corpus_size:,} blocks, with their source.")
         with gr.Row():
             question = gr.Textbox(label="Question", placeholder="Ask a question", elem_id="question", scale=4)
@@ -183,7 +352,19 @@ def build_app(
         gr.api(remove_document, api_name="remove_document")
     app.queue(default_concurrency_limit=concurrency)
     app.realm_service = service  # for callers (tests, a Space) that want the service behind the page
+    app.realm_allowed_hosts = tuple(allowed_hosts)
+    app.realm_max_request_size = max_request_size
     return app
 
 
-__all__ = ["answers_html", "build_app", "highlighted_block_html", "require_gradio"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MAX_REQUEST_SIZE",
+    "WRITE_TOKEN_HEADER",
+    "RequestGuard",
+    "answers_html",
+    "build_app",
+    "highlighted_block_html",
+    "require_gradio",
+    "served_hosts",
+]

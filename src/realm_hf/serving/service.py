@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 from typing import Any
 
 from ..constants import SERVE_WRITE_TOKEN_ENV
@@ -19,6 +20,11 @@ logger = logging.getLogger(__name__)
 # The pipeline's default, passed explicitly (as `realm-hf ask` does) so the check and the pipeline agree.
 MAX_QUESTION_LENGTH = 64
 MAX_TOP_K = 20
+# Request fields are bounded before any work: a question is read as at most 64 wordpieces anyway, and a document is
+# split and embedded whole (a larger corpus is built with `realm-hf index`, not through the server).
+MAX_QUESTION_CHARS = 2_000
+MAX_DOCUMENT_CHARS = 200_000
+MAX_FIELD_CHARS = 1_000  # a title, a doc_id, the write token
 
 
 class WriteRefused(PermissionError):
@@ -78,6 +84,7 @@ class RealmQAService:
         top_k = self.top_k if top_k is None else check_top_k(top_k)
         if not isinstance(question, str):
             raise ValueError(f"The question must be a string, got {type(question).__name__}.")
+        _check_length("The question", question, MAX_QUESTION_CHARS)
         # The pipeline checks the question (`user_text.check_questions`, the rule every entry point shares).
         kwargs = {"top_k": top_k, "max_question_length": MAX_QUESTION_LENGTH}
         if self.num_blocks is not None:
@@ -98,9 +105,18 @@ class RealmQAService:
                 "Writes are disabled on this server: start it with --write-token (or the environment variable "
                 f"{SERVE_WRITE_TOKEN_ENV}) to allow adding and removing documents."
             )
-        if not token or not hmac.compare_digest(token.encode("utf-8"), self._write_token.encode("utf-8")):
+        if token is not None and not isinstance(token, str):
+            logger.warning("Refused a document write: the token sent is a %s, not a string.", type(token).__name__)
+            raise WriteRefused(f"Refused: the write token must be a string, got {type(token).__name__}.")
+        if not token or not self.token_matches(token):
             logger.warning("Refused a document write: missing or wrong write token.")
             raise WriteRefused("Refused: missing or wrong write token.")
+
+    def token_matches(self, token) -> bool:
+        """Whether `token` is the server's write token (compared in constant time); `False` on a server without one."""
+        if self._write_token is None or not isinstance(token, str) or len(token) > MAX_FIELD_CHARS:
+            return False
+        return hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._write_token.encode("utf-8"))
 
     def add_document(self, token: str | None, text: str, title: str = "", doc_id: str = "") -> dict[str, Any]:
         r"""
@@ -111,10 +127,15 @@ class RealmQAService:
             `dict` with `doc_id` (the one given, or the one the corpus assigned) and `block_ids` (the new blocks).
         """
         self.check_token(token)
-        if not isinstance(text, str) or not text.strip():
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"The document's text must be a string, got {type(text).__name__}.")
+        if not text or not text.strip():
             raise ValueError("The document's text is empty: give the text to add.")
-        document = {"title": (title or "").strip(), "text": text.strip()}
-        if doc_id and doc_id.strip():
+        _check_length("The document's text", text, MAX_DOCUMENT_CHARS)
+        title = _optional_field("title", title)
+        doc_id = _optional_field("doc_id", doc_id)
+        document = {"title": title.strip(), "text": text.strip()}
+        if doc_id.strip():
             document["doc_id"] = doc_id.strip()
         model = self.model
         embedder = model.index_embedder
@@ -132,7 +153,7 @@ class RealmQAService:
             document.
         """
         self.check_token(token)
-        if not isinstance(doc_id, str) or not doc_id.strip():
+        if not _optional_field("doc_id", doc_id).strip():
             raise ValueError("No doc_id given: name the document to remove.")
         doc_id = doc_id.strip()
         retriever = self.model.retriever
@@ -145,10 +166,14 @@ class RealmQAService:
             )
         # The corpus may hold integer doc_ids (assigned when documents came without one); the page sends text.
         if "doc_id" in features and getattr(features["doc_id"], "dtype", "string") != "string":
-            try:
-                key = int(doc_id)
-            except ValueError:
-                raise ValueError(f"No document with doc_id {doc_id!r}: this corpus's doc_ids are integers.") from None
+            # Only the integer's own spelling: `int()` also reads "0_5", "+4", " 4" and "٣", which would remove
+            # another document than the one named.
+            if not re.fullmatch(r"-?(0|[1-9][0-9]*)", doc_id):
+                raise ValueError(
+                    f"No document with doc_id {doc_id!r}: this corpus's doc_ids are integers, written in ASCII digits "
+                    "(e.g. '42')."
+                )
+            key = int(doc_id)
         removed = retriever.remove_documents([key])
         if not removed:
             raise ValueError(f"No document with doc_id {doc_id!r} in the corpus: nothing removed.")
@@ -165,9 +190,33 @@ def check_top_k(top_k) -> int:
     return top_k
 
 
+def _check_length(what: str, text: str, limit: int) -> None:
+    if len(text) > limit:
+        raise ValueError(f"{what} is {len(text):,} characters long; this server takes at most {limit:,}.")
+
+
+def _optional_field(name: str, value) -> str:
+    """A title or doc_id sent by a client: a string of at most `MAX_FIELD_CHARS` (`None`: empty)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}.")
+    _check_length(name, value, MAX_FIELD_CHARS)
+    return value
+
+
 def _plain(value):
     # numpy scalars from the corpus become JSON-ready Python values.
     return value.item() if hasattr(value, "item") else value
 
 
-__all__ = ["MAX_QUESTION_LENGTH", "MAX_TOP_K", "RealmQAService", "WriteRefused", "check_top_k"]
+__all__ = [
+    "MAX_DOCUMENT_CHARS",
+    "MAX_FIELD_CHARS",
+    "MAX_QUESTION_CHARS",
+    "MAX_QUESTION_LENGTH",
+    "MAX_TOP_K",
+    "RealmQAService",
+    "WriteRefused",
+    "check_top_k",
+]

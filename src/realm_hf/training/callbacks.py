@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write
 from ..logging_utils import get_logger
+from ..retrieval.encoding import fingerprint_module
 from ..retrieval.refresh import is_stale, refresh_index_state, saved_index_state
 from ..text.tokenizer_calls import tokenizer_call
 
@@ -82,7 +83,11 @@ class RealmReindexCallback(TrainerCallback):
             With `False` the refresh runs inline (training pauses), which is what one wants for tests or on a
             machine with no spare core.
         save_with_checkpoints (`bool`, *optional*, defaults to `True`): Save the current index into each Trainer
-            checkpoint (`checkpoint-N/retriever/`) and restore it on resume.
+            checkpoint (`checkpoint-N/retriever/`) and restore it on resume: the index of the checkpoint being resumed
+            (realm-hf's Trainers name it; with a plain `Trainer` resuming from outside `output_dir`, call
+            [`~RealmReindexCallback.resume_from`] first), checked against the resumed weights (the document
+            embedder's fingerprint recorded with it). An index saved with other weights is not used: the corpus is
+            re-embedded with the resumed ones, with a warning.
         keep_last_snapshot (`bool`, *optional*, defaults to `False`): Keep the embedder copy of the last swapped
             refresh as `last_snapshot` (for inspection and tests; costs one embedder's memory).
         refresh_at_end (`bool`, *optional*, defaults to `True`): When training ends with an index older than the
@@ -154,6 +159,16 @@ class RealmReindexCallback(TrainerCallback):
         self._pending_logs: dict[str, float] = {}
         self._gather_group = None
         self._sync_group = None
+        self._resume_checkpoint: str | None = None
+
+    def resume_from(self, checkpoint_dir: str | os.PathLike | None) -> None:
+        """
+        Name the checkpoint the coming `trainer.train(resume_from_checkpoint=...)` resumes from, whose index
+        `on_train_begin` restores. realm-hf's Trainers call it; a plain `Trainer` resuming from a checkpoint outside
+        its `output_dir` needs it (else `output_dir/checkpoint-<step>` is tried, and used only if its recorded weights
+        are the resumed ones).
+        """
+        self._resume_checkpoint = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
 
     def attach(self, trainer) -> RealmReindexCallback:
         """
@@ -383,14 +398,15 @@ class RealmReindexCallback(TrainerCallback):
                 model is not None and getattr(unwrap_realm_model(model), "retriever", None) is self.retriever
             )
             already_there = os.path.isfile(os.path.join(checkpoint, RETRIEVER_SUBFOLDER, MANIFEST_NAME))
-            self.save_checkpoint(checkpoint, save_retriever=not (saved_by_model and already_there))
+            self.save_checkpoint(checkpoint, save_retriever=not (saved_by_model and already_there), model=model)
         return control
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        named, self._resume_checkpoint = self._resume_checkpoint, None
         if self.save_with_checkpoints and state.global_step > 0:
-            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            checkpoint = named or _resumed_checkpoint(args, state.global_step)
             if os.path.isdir(os.path.join(checkpoint, RETRIEVER_SUBFOLDER)):
-                self.load_checkpoint(checkpoint)
+                self.load_checkpoint(checkpoint, model=model, global_step=state.global_step)
             else:
                 logger.warning(
                     "Resuming at step %d but %s holds no saved index; the index will be current only after the next "
@@ -429,8 +445,11 @@ class RealmReindexCallback(TrainerCallback):
 
     # ---------------------------------------------------------------- checkpoints
 
-    def save_checkpoint(self, checkpoint_dir: str, save_retriever: bool = True) -> None:
-        """Save the current index (and the refresh bookkeeping) into a checkpoint directory."""
+    def save_checkpoint(self, checkpoint_dir: str, save_retriever: bool = True, model=None) -> None:
+        """
+        Save the current index (and the refresh bookkeeping) into a checkpoint directory; with `model`, also the
+        fingerprint of its document embedder, which binds the index to the checkpoint's weights on resume.
+        """
         if save_retriever:
             self.retriever.save_pretrained(os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER))
         if not self.retriever.is_main_process:
@@ -441,21 +460,80 @@ class RealmReindexCallback(TrainerCallback):
             "last_refresh_step": self.last_refresh_step,
             "refresh_steps": self.refresh_steps,
         }
+        if model is not None:
+            state["document_embedder_fingerprint"] = fingerprint_module(document_embedder_of(model))
         with atomic_write(os.path.join(checkpoint_dir, REINDEX_STATE_NAME)) as f:
             json.dump(state, f, indent=2)
 
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
-        """Restore the index saved in a checkpoint directory into the live retriever."""
+    def load_checkpoint(self, checkpoint_dir: str, model=None, global_step: int = 0) -> None:
+        """
+        Restore the index saved in a checkpoint directory into the live retriever. With `model` (the resumed model),
+        the index is used only if it was saved with the model's weights (the document embedder's fingerprint
+        recorded beside it): else the corpus is re-embedded with the model's document embedder, with a warning.
+        """
+        state = _read_reindex_state(checkpoint_dir)
+        saved = state.get("document_embedder_fingerprint")
+        if model is not None and saved is not None:
+            live = fingerprint_module(document_embedder_of(model))
+            if live != saved:
+                logger.warning(
+                    "%s holds an index saved with other weights than the model being resumed (document embedder %s, "
+                    "not %s): it is not the index of this checkpoint, so it is not used. Re-embedding the corpus with "
+                    "the resumed weights (one refresh). To restore the saved index instead, resume from the checkpoint "
+                    "it was saved with (with a plain Trainer: `reindex.resume_from(checkpoint)` before `train`).",
+                    checkpoint_dir,
+                    saved,
+                    live,
+                )
+                self.refresh_now(model, global_step)
+                return
         folder = os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER)
         self.retriever.swap_index_state(saved_index_state(self.retriever, folder))
-        state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
-        if os.path.exists(state_file):
-            with open(state_file) as f:
-                state = json.load(f)
-            self.refresh_count = state.get("refresh_count", 0)
-            self.failed_refreshes = state.get("failed_refreshes", 0)
-            self.last_refresh_step = state.get("last_refresh_step")
+        self.refresh_count = state.get("refresh_count", 0)
+        self.failed_refreshes = state.get("failed_refreshes", 0)
+        self.last_refresh_step = state.get("last_refresh_step")
         logger.info("Restored the index from %s.", checkpoint_dir)
+
+
+def _resumed_checkpoint(args, global_step: int) -> str:
+    """The checkpoint a Trainer resumes from when no one named it: `args.resume_from_checkpoint` when it is a
+    folder, else `output_dir/checkpoint-<step>` (checked against the resumed weights before its index is used)."""
+    named = getattr(args, "resume_from_checkpoint", None)
+    if isinstance(named, str) and os.path.isdir(named):
+        return named
+    return os.path.join(args.output_dir, f"checkpoint-{global_step}")
+
+
+def _read_reindex_state(checkpoint_dir: str) -> dict:
+    """The refresh bookkeeping saved in a checkpoint (`{}` when there is none), checked field by field."""
+    path = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path} cannot be read ({type(err).__name__}: {err}): the checkpoint is damaged. Resume from another "
+            "checkpoint, or delete this file to resume with a fresh refresh count."
+        ) from None
+    fields = {
+        "refresh_count": int,
+        "failed_refreshes": int,
+        "last_refresh_step": (int, type(None)),
+        "refresh_steps": int,
+        "document_embedder_fingerprint": str,
+    }
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a JSON {type(state).__name__}, not the refresh bookkeeping: delete it.")
+    for field, kind in fields.items():
+        value = state.get(field)
+        if field in state and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise ValueError(
+                f"{path}: {field} is {value!r}, not a {kind.__name__ if isinstance(kind, type) else 'int or null'}: "
+                "the checkpoint is damaged. Fix or delete the file."
+            )
+    return state
 
 
 def place_reindex_callbacks_first(trainer, extra: RealmReindexCallback | None = None) -> None:

@@ -3,26 +3,20 @@ What realm-hf's Trainers save and push, without pickle and with realm-hf's model
 
 - Checkpoints ([`RealmCheckpointMixin`], every realm-hf Trainer): the arguments, optimizer, scheduler, gradient-scaler
   and RNG states that transformers' `Trainer` writes with `torch.save` (pickle) go to JSON and safetensors files
-  instead, are read back on `resume_from_checkpoint`, and the pushes made during training (`hub_strategy`) upload none
-  of the pickled files.
+  instead (their format and the checks on resume: `training/checkpoint_state.py`), are read back on
+  `resume_from_checkpoint`, and the pushes made during training (`hub_strategy`) upload none of the pickled files.
 - Pushes and the card ([`RealmModelCardMixin`], the Open-QA, pre-training and ICT Trainers): `push_to_hub` uploads the
   corpus as Parquet, and `create_model_card` writes realm-hf's card, not transformers' draft, for every recipe.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import re
 import shutil
 import warnings
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
-import safetensors.torch
-import torch
 
 from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write_text
@@ -30,14 +24,27 @@ from ..io.staged_saves import staged_save
 from ..logging_utils import get_logger
 from ..models.initialization import hub_id_or_none
 from ..models.modeling_base import RealmPreTrainedModel
+from .checkpoint_state import (
+    OPTIMIZER_STATE,
+    RNG_STATE,
+    SCALER_STATE,
+    SCHEDULER_STATE,
+    STATE_SUFFIX,
+    check_optimizer_state,
+    has_any,
+    last_whole_checkpoint,
+    load_state,
+    rng_states,
+    save_state,
+    set_rng_states,
+    torn_checkpoint_problem,
+)
 
 __all__ = [
     "PICKLED_TRAINING_ARGS",
     "RealmCheckpointMixin",
     "TRAINING_ARGS_JSON",
     "hide_background_corpus_warnings",
-    "load_state",
-    "save_state",
     "save_training_args_json",
     "RealmModelCardMixin",
     "hub_base_model",
@@ -50,11 +57,6 @@ __all__ = [
 #: `training_args.bin` would be pickle in every folder it saves and every repo it pushes.
 TRAINING_ARGS_JSON = "training_args.json"
 PICKLED_TRAINING_ARGS = "training_args.bin"
-#: The checkpoint files of the training state (one safetensors file each; the non-tensor part of the state is JSON in
-#: the file's metadata). transformers writes `optimizer.pt`, `scheduler.pt`, `scaler.pt` and `rng_state.pth`.
-OPTIMIZER_STATE, SCHEDULER_STATE, SCALER_STATE, RNG_STATE = "optimizer", "scheduler", "scaler", "rng_state"
-STATE_SUFFIX = ".safetensors"
-_STATE_KEY = "realm_hf_state"
 # What a Trainer writes into a checkpoint beside the model's own save: not copied into `output_dir` by a push.
 _TRAINER_STATE_FILES = ("trainer_state.json", TRAINING_ARGS_JSON)
 _TRAINER_STATE_PREFIXES = (OPTIMIZER_STATE, SCHEDULER_STATE, SCALER_STATE, RNG_STATE)
@@ -97,98 +99,6 @@ def hide_background_corpus_warnings() -> None:
         RETRIEVER_SUBFOLDER,
         CORPUS_DIR,
     )
-
-
-def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
-    # JSON for the structure, a reference for each tensor; tuples, non-string keys and arrays are tagged so that
-    # loading gives back what `load_state_dict` / `random.setstate` / `np.random.set_state` expect.
-    if isinstance(value, torch.Tensor):
-        key = f"t{len(tensors)}"
-        tensors[key] = value.detach().cpu().contiguous()
-        return {"__type__": "tensor", "key": key}
-    if isinstance(value, np.ndarray):
-        return {"__type__": "ndarray", "dtype": str(value.dtype), "shape": list(value.shape), "data": value.tolist()}
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, tuple):
-        return {"__type__": "tuple", "items": [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]}
-    if isinstance(value, list):
-        return [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value) and "__type__" not in value:
-            return {k: _encode(v, tensors, f"{where}.{k}") for k, v in value.items()}
-        return {
-            "__type__": "dict",
-            "items": [[_encode(k, tensors, where), _encode(v, tensors, f"{where}[{k!r}]")] for k, v in value.items()],
-        }
-    raise TypeError(
-        f"{where} is a {type(value).__name__}, which realm-hf cannot save without pickle (tensors, arrays, numbers, "
-        "strings, lists, tuples and dicts only)."
-    )
-
-
-def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
-    if not isinstance(value, dict):
-        return value
-    kind = value.get("__type__")
-    if kind is None:
-        return {k: _decode(v, tensors) for k, v in value.items()}
-    if kind == "tensor":
-        return tensors[value["key"]]
-    if kind == "ndarray":
-        return np.array(value["data"], dtype=value["dtype"]).reshape(value["shape"])
-    if kind == "tuple":
-        return tuple(_decode(v, tensors) for v in value["items"])
-    if kind == "dict":
-        return {_decode(k, tensors): _decode(v, tensors) for k, v in value["items"]}
-    raise ValueError(f"Unknown entry type {kind!r} in a saved training state.")
-
-
-def save_state(state: Any, path: str) -> None:
-    """
-    Save a nested training state (an optimizer's, scheduler's or scaler's `state_dict()`, RNG states) to one
-    safetensors file at `path`, without pickle: the tensors as tensors, everything else as JSON in the file's metadata.
-    Written to a temporary file and renamed, so a kill leaves the old file or the new one.
-    """
-    tensors: dict[str, torch.Tensor] = {}
-    tree = _encode(state, tensors, os.path.basename(path))
-    partial = f"{path}.partial"
-    safetensors.torch.save_file(tensors, partial, metadata={_STATE_KEY: json.dumps(tree)})
-    os.replace(partial, path)
-
-
-def load_state(path: str, device: str | torch.device = "cpu") -> Any:
-    """Read back a training state written by [`save_state`], its tensors on `device`."""
-    with safetensors.safe_open(path, framework="pt", device=str(device)) as f:
-        metadata = f.metadata() or {}
-        tensors = {key: f.get_tensor(key) for key in f.keys()}
-    if _STATE_KEY not in metadata:
-        raise ValueError(f"{path} is not a training state saved by realm-hf (no {_STATE_KEY!r} metadata).")
-    return _decode(json.loads(metadata[_STATE_KEY]), tensors)
-
-
-def _rng_states() -> dict[str, Any]:
-    # The states transformers' `_save_rng_state` saves, for the devices this machine has.
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.random.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.random.set_rng_state(states["cpu"])
-    if torch.cuda.is_available() and "cuda" in states:
-        cuda = states["cuda"]
-        if isinstance(cuda, (list, tuple)) and len(cuda) == torch.cuda.device_count():
-            torch.cuda.random.set_rng_state_all(cuda)
-        elif isinstance(cuda, torch.Tensor):
-            torch.cuda.random.set_rng_state(cuda)
 
 
 def _is_trainer_state(name: str) -> bool:
@@ -250,18 +160,83 @@ class RealmCheckpointMixin:
             return super()._save_rng_state(output_dir)
         # A process can get here before process 0 has created the checkpoint folder (as in transformers).
         os.makedirs(output_dir, exist_ok=True)
-        save_state(_rng_states(), self._rng_state_path(output_dir))
+        save_state(rng_states(), self._rng_state_path(output_dir))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         optimizer = os.path.join(checkpoint, OPTIMIZER_STATE + STATE_SUFFIX) if checkpoint else None
-        if optimizer is None or not os.path.isfile(optimizer) or not self._plain_checkpoints():
+        if checkpoint is None or not self._plain_checkpoints():
             return super()._load_optimizer_and_scheduler(checkpoint)
-        # As transformers: the CPU when training on one device, each process's device in distributed training.
-        device = self.args.device if self.args.world_size > 1 and self.args.device.type != "cpu" else "cpu"
-        self.optimizer.load_state_dict(load_state(optimizer, device))
+        if not os.path.isfile(optimizer):
+            if has_any(checkpoint, ("optimizer.pt", "optimizer.bin")):
+                return super()._load_optimizer_and_scheduler(checkpoint)  # transformers' own format
+            self._missing_optimizer_state(checkpoint)
+        else:
+            # As transformers: the CPU when training on one device, each process's device in distributed training.
+            device = self.args.device if self.args.world_size > 1 and self.args.device.type != "cpu" else "cpu"
+            state = load_state(optimizer, device)
+            check_optimizer_state(self.optimizer, state, optimizer)
+            self.optimizer.load_state_dict(state)
         scheduler = os.path.join(checkpoint, SCHEDULER_STATE + STATE_SUFFIX)
         if os.path.isfile(scheduler):
-            self.lr_scheduler.load_state_dict(load_state(scheduler))
+            try:
+                self.lr_scheduler.load_state_dict(load_state(scheduler))
+            except (KeyError, TypeError, AttributeError) as err:
+                raise ValueError(
+                    f"{scheduler} does not hold the state of this run's learning-rate scheduler ({type(err).__name__}: "
+                    f"{err}): resume from a checkpoint of this run, or delete the file to restart the schedule."
+                ) from None
+
+    def _missing_optimizer_state(self, checkpoint: str) -> None:
+        # A fresh optimizer (zero moments, the schedule restarted) would resume silently into another run.
+        if self.args.save_only_model:
+            logger.warning(
+                "%s holds no optimizer state (it was saved with save_only_model=True): training resumes with a fresh "
+                "optimizer (its moments at zero), so it will not continue the interrupted run exactly.",
+                checkpoint,
+            )
+            return
+        raise ValueError(
+            f"{checkpoint} holds no optimizer state ({OPTIMIZER_STATE + STATE_SUFFIX} or optimizer.pt): the checkpoint "
+            "is incomplete (a save killed before it was written, or a file deleted). Resume from an earlier "
+            "checkpoint; to go on with a fresh optimizer on purpose, load the weights with `from_pretrained` and start "
+            "a new run (or set save_only_model=True, which resumes with a fresh optimizer and says so)."
+        )
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """
+        transformers' `train`, resuming only from a whole checkpoint: with `resume_from_checkpoint=True` the last
+        checkpoint in `output_dir` that a kill did not tear (one without `trainer_state.json`, the file a checkpoint
+        save writes last, is skipped with a warning naming it); a named checkpoint that is torn is refused with what
+        it lacks. The re-index callbacks are told which checkpoint is resumed (its index is restored, not the one of
+        `output_dir/checkpoint-<step>`).
+        """
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_whole_checkpoint(self.args.output_dir)
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            resume_from_checkpoint = os.fspath(resume_from_checkpoint)
+            problem = torn_checkpoint_problem(resume_from_checkpoint)
+            if problem:
+                raise ValueError(f"Cannot resume from {resume_from_checkpoint}: {problem}")
+        if isinstance(resume_from_checkpoint, str):
+            from .callbacks import RealmReindexCallback  # local: the callbacks import the models' embedders
+
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, RealmReindexCallback):
+                    callback.resume_from(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        from safetensors import SafetensorError  # local: as safetensors.torch above, the error type only
+
+        try:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        except (SafetensorError, KeyError, EOFError, RuntimeError) as err:
+            detail = str(err).splitlines()[0] if str(err) else ""
+            raise ValueError(
+                f"The weights in {resume_from_checkpoint} cannot be read ({type(err).__name__}: {detail}): a weights "
+                "file (model.safetensors or pytorch_model.bin) is truncated or damaged. Resume from an earlier "
+                "checkpoint, or delete this one."
+            ) from err
 
     def _load_scaler(self, checkpoint: str | None) -> None:
         path = os.path.join(checkpoint, SCALER_STATE + STATE_SUFFIX) if checkpoint else None
@@ -273,7 +248,7 @@ class RealmCheckpointMixin:
         path = self._rng_state_path(checkpoint) if checkpoint else None
         if path is None or not os.path.isfile(path):
             return super()._load_rng_state(checkpoint)
-        _set_rng_states(load_state(path))
+        set_rng_states(load_state(path), path)
 
     def _refresh_push_folder(self, checkpoint_folder: str, output_dir: str) -> None:
         """Put the checkpoint's whole model save (every entry but the training state) into `output_dir`, at once."""
