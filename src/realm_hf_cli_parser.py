@@ -101,6 +101,17 @@ the corpus in memory only. See docs/serving.md.""",
 }
 
 
+def probability(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a span probability), checked when the arguments are parsed."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected a probability from 0 to 1, got {text}")
+    return value
+
+
 def _version() -> str:
     from importlib import metadata
 
@@ -195,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
     p.add_argument("--max-answer-len", type=int, help="longest answer in wordpieces (default: max_span_width)")
     p.add_argument("--context", help="answer from this passage instead of retrieving")
+    p.add_argument(
+        "--no-answer-threshold",
+        type=probability,
+        metavar="P",
+        help="answer 'no answer' when the best span's probability is under P (0 to 1; default: the model's "
+        "config.no_answer_threshold, else always the best span)",
+    )
     p.add_argument("--json", action="store_true", help="JSON lines: question, rank, answer, score, start, end, block")
     p.add_argument("--batch-size", type=int, default=8, help="questions per forward pass (default: 8)")
     p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")

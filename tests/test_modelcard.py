@@ -183,6 +183,9 @@ def test_usage_snippet_runs(saved):
     assert len(lines) == 4  # the answer, then three candidates
     titles = {title for title, _ in DOCS}
     assert lines[0].split()[-1] in titles
+    # Each candidate with its block's id: the schema's `block_id` (the card's example once read an alias, `id`).
+    assert all(0 <= int(line.split()[-1]) < len(DOCS) for line in lines[1:])
+    assert '["block"]["block_id"]' in snippet and '["id"]' not in snippet
 
 
 def test_template_is_the_documented_one():

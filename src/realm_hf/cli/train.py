@@ -62,6 +62,7 @@ _RUNTIME_CONFIG_KEYS = (
     "rerank_beam_size",
     "skip_answers_in_question",
     "answer_block_prior",
+    "no_answer_threshold",
 )
 
 
