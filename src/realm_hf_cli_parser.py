@@ -273,6 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3, help="answers per question the page starts with (default: 3)")
     p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
     p.add_argument(
+        "--no-answer-threshold",
+        type=probability,
+        metavar="P",
+        help="show 'no answer' when the best span's probability is under P (default: the model's "
+        "config.no_answer_threshold, else 0.1; 0 answers every question)",
+    )
+    p.add_argument(
         "--write-token",
         help="token that allows adding and removing documents (default: $REALM_HF_SERVE_WRITE_TOKEN; "
         "none: writes are refused). Prefer the environment variable: arguments are visible to other users",
