@@ -53,6 +53,14 @@ class DataCollatorForOpenQA:
     num_truncated: int = 0
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
+        missing = next((example for example in examples if self.question_column not in example), None)
+        if missing is not None:
+            raise ValueError(
+                f"A training example has no {self.question_column!r} field (fields: {', '.join(sorted(missing))}). "
+                "transformers.Trainer drops the dataset columns the model's forward does not name before they reach "
+                "the collator: pass `remove_unused_columns=False` in its TrainingArguments, or train with "
+                "RealmOpenQATrainer, which keeps them (docs/training.md)."
+            )
         questions = [example[self.question_column] for example in examples]
         problems = question_content_problems(questions, self.tokenizer)
         if problems:
