@@ -277,13 +277,15 @@ def keep_data_columns(trainer, columns) -> None:
 def mark_reader_trained(model) -> bool:
     """
     Record in the config of `model` (a [`RealmForOpenQA`], possibly inside DDP / Accelerate / PEFT wrappers) that its
-    reader has been trained, when any reader parameter is trainable (`requires_grad`); returns whether it did. Call
-    it after an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
+    reader has been trained, when its span head (`reader.qa_outputs`, which `init_from_bert` leaves random) has a
+    trainable parameter (`requires_grad`; under peft, through `modules_to_save`); returns whether it did. LoRA
+    adapters on the reader's attention alone do not count: they cannot make a random span head answer. Call it after
+    an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
     """
 
     model = unwrap_realm_model(model)
-    reader = getattr(model, "reader", None)
-    if reader is None or not any(parameter.requires_grad for parameter in reader.parameters()):
+    head = getattr(getattr(model, "reader", None), "qa_outputs", None)
+    if head is None or not any(parameter.requires_grad for parameter in head.parameters()):
         return False
     model.config.reader_trained = True
     return True
