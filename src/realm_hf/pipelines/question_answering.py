@@ -10,10 +10,10 @@ a `ValueError` saying why where not.
 from __future__ import annotations
 
 import os
+import sys
 import types
 from collections.abc import Iterator
 
-import datasets
 import torch
 from transformers import Pipeline
 
@@ -462,7 +462,10 @@ def _is_dataset(inputs) -> bool:
 
 def is_hf_dataset(inputs) -> bool:
     """Whether `inputs` is a `datasets` dataset (or dataset dict), which the pipeline reads by its columns."""
-    return isinstance(
+    # A `datasets` object exists only once `datasets` is imported: until then, nothing is one (and `import realm_hf`
+    # need not import it, a second of start-up).
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(
         inputs, (datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict)
     )
 
@@ -470,7 +473,7 @@ def is_hf_dataset(inputs) -> bool:
 class _QuestionRows(torch.utils.data.Dataset):
     """The `question` (and `context`) columns of a `datasets.Dataset`, row by row, as the pipeline streams them."""
 
-    def __init__(self, dataset: datasets.Dataset):
+    def __init__(self, dataset):
         self.has_context = "context" in dataset.column_names
         # Only the columns read: the others (answers, ids, ...) are never decoded.
         self.rows = dataset.select_columns(["question", "context"] if self.has_context else ["question"])
@@ -483,7 +486,7 @@ class _QuestionRows(torch.utils.data.Dataset):
         return {"question": row["question"], "context": row["context"] if self.has_context else None}
 
 
-def _iterable_questions(dataset: datasets.IterableDataset) -> Iterator[dict]:
+def _iterable_questions(dataset) -> Iterator[dict]:
     for row in dataset:
         if "question" not in row:
             raise ValueError(_missing_question_column(sorted(row)))
@@ -503,6 +506,8 @@ def dataset_questions(dataset):
     A `datasets.Dataset` (or `IterableDataset`) as the pipeline streams it: its `question` column and, when it has
     one, its `context` column; the other columns are ignored. A `DatasetDict` is refused: pick a split.
     """
+    import datasets  # a dataset was given, so datasets is imported already
+
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise ValueError(
             f"Got a dataset dict with splits {list(dataset)}; pass one split, e.g. `qa(dataset['test'])`."
