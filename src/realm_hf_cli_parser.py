@@ -74,10 +74,11 @@ config keys (JSON or YAML; relative paths are relative to the config file):
     + "\n".join(f"  {key:<24}{help_}" for key, help_ in TRAIN_KEYS.items()),
     "evaluate": """examples:
   realm-hf evaluate dev.jsonl --model my-realm-model --ks 1 5 20 --output metrics.json
+  realm-hf evaluate dev.jsonl --model my-realm-model --ks 100 --run-file run.trec --run-tag realm-dense
   realm-hf evaluate dev.csv --answers-column golds --answers-separator ";" --model my-realm-model
 
 QA files: JSONL (or a JSON array), CSV or Parquet with a question column and an answers column holding a list of
-strings, one string, a JSON list or SQuAD's {"text": [...]}.""",
+strings, one string, a JSON list or SQuAD's {"text": [...]}; an `id` column names each question in --run-file.""",
     "convert": """examples:
   realm-hf convert path/to/realm-orqa-nq-openqa realm-orqa-nq --allow-pickle
   realm-hf convert google/realm-orqa-nq-openqa realm-orqa-nq --allow-pickle --index HNSW32
@@ -236,12 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(command="train")
 
     # evaluate
-    p = add("evaluate", "Exact match, F1 and retrieval recall@k of a REALM model on a QA file.")
+    p = add("evaluate", "Exact match, F1 and retrieval recall@k, MRR@k and nDCG@k of a REALM model on a QA file.")
     p.add_argument("qa_file", help="JSONL/CSV/Parquet file with questions and gold answers")
     p.add_argument("--model", required=True, help="RealmForOpenQA directory (with retriever/) or Hub id")
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20], help="recall@k cut-offs (default: 1 5 20)")
+    p.add_argument(
+        "--ks", type=int, nargs="+", default=[1, 5, 20], help="recall@k, MRR@k, nDCG@k cut-offs (default: 1 5 20)"
+    )
     p.add_argument("--output", help="write the metrics as JSON here")
     p.add_argument("--predictions", help="write per-question predictions (JSONL) here")
+    p.add_argument(
+        "--run-file",
+        help="write the retrieved blocks as a TREC run here (qid Q0 block_id rank score tag; down to the deepest --ks)",
+    )
+    p.add_argument("--run-tag", help="the run's name, the last column of --run-file (default: realm-hf)")
     p.add_argument("--question-column", default="question")
     p.add_argument("--answers-column", default="answers")
     p.add_argument("--answers-separator", default="|", help="separator of answers in a CSV text cell (default: |)")
