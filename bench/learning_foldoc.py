@@ -50,6 +50,7 @@ import warnings
 
 import torch
 
+from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.training import freeze_lower_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -410,7 +411,7 @@ def openqa_start(args, ctx, seed: int) -> dict:
     if seed in ctx["start_index"]:
         retriever.swap_index_state(ctx["start_index"][seed])
     else:
-        retriever.embed_corpus(model.document_embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
+        embed_corpus(retriever, model.document_embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
         ctx["start_index"][seed] = retriever.export_index_state()
     model.set_retriever(retriever)
     metrics = evaluate_openqa(model, ctx["eval_set"], recall_ks=(1, 5), batch_size=32, show_progress=False)
@@ -470,7 +471,7 @@ def pretraining_start(args, ctx, seed: int):
     model.load_ict_embedders(ict)
     del ict
     retriever = ctx["retriever"]
-    retriever.embed_corpus(model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
+    embed_corpus(retriever, model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
     log(f"ICT (seed {seed}): loss {result.training_loss:.3f}; start ready in {time.perf_counter() - t:.0f}s")
     return copy.deepcopy(model.state_dict()), retriever.export_index_state()
 
@@ -494,7 +495,7 @@ def evaluate_pretraining(model, args, ctx, seed: int, reembed: bool = True) -> d
 
     retriever = ctx["retriever"]
     if reembed:
-        retriever.embed_corpus(model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
+        embed_corpus(retriever, model.embedder, batch_size=64, dtype=embed_dtype(args), show_progress=False)
     metrics = pretrain_foldoc.evaluate(model, ctx["tokenizer"], ctx["pt_eval"], seeded(args, seed))
     metrics["zero_shot_recall@5"] = zero_shot_recall(
         model.query_embedder, retriever, ctx["tokenizer"], ctx["held_out"]

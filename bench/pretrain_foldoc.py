@@ -204,6 +204,7 @@ def main(argv=None) -> int:
     from realm_hf.models.initialization import init_from_bert
     from realm_hf.models.modeling_pretraining import RealmForPreTraining
     from realm_hf.retrieval.chunking import split_documents
+    from realm_hf.retrieval.refresh import embed_corpus
     from realm_hf.training import RealmForInverseClozeTask
 
     started = time.perf_counter()
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
     ict_result = recipe.train_ict(ict, tokenizer, ict_data, args, scratch)
     model.load_ict_embedders(ict)
     del ict
-    retriever.embed_corpus(model.embedder, show_progress=False)
+    embed_corpus(retriever, model.embedder, show_progress=False)
     rows.append(
         {"stage": "+ ICT warm start", "steps": args.ict_steps, **evaluate(model, tokenizer, eval_examples, args)}
     )
@@ -296,7 +297,7 @@ def main(argv=None) -> int:
         steps_done = steps_done or result.global_step
         train_seconds = time.perf_counter() - t
         # Evaluate every model with an index embedded by its own final document embedder.
-        retriever.embed_corpus(model.embedder, show_progress=False)
+        embed_corpus(retriever, model.embedder, show_progress=False)
         row = {"stage": label, "steps": result.global_step, "refreshes": reindexer.refresh_count}
         row.update(evaluate(model, tokenizer, eval_examples, args))
         row["seconds"] = time.perf_counter() - t

@@ -886,7 +886,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
                 # The model searches with the index's own settings: set efSearch on the index itself.
                 import faiss
 
-                faiss.ParameterSpace().set_index_parameter(retriever.index, "efSearch", args.ef_search)
+                faiss.ParameterSpace().set_index_parameter(retriever.store.index.index, "efSearch", args.ef_search)
                 label = f"{index} efSearch {args.ef_search}"
             if model is None:
                 # Passing the retriever skips the checkpoint's own (pickled) block records.

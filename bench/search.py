@@ -44,7 +44,7 @@ import faiss
 import numpy as np
 import torch
 
-from realm_hf.retrieval import index as faiss_utils
+from realm_hf.retrieval import faiss_build, faiss_ops
 
 DEFAULT_INDEX_TYPES = "Flat;HNSW32;IVF1024,Flat;IVF1024,SQ8;IVF1024,PQ32"
 
@@ -189,7 +189,7 @@ def build_measured(factory: str, blocks, args):
     release_freed_memory()
     before = rss_mb()
     start = time.perf_counter()
-    index = faiss_utils.build_index(
+    index = faiss_build.build_index(
         factory,
         blocks.shape[1],
         chunks_of(blocks, args.chunk_size),
@@ -205,7 +205,7 @@ def build_measured(factory: str, blocks, args):
 
 def timed_search(index, factory: str, queries, k: int, params: dict):
     """`(seconds, ids)` of one batched search, as `RealmRetriever.search` runs it (per-call parameters, BLAS batches)."""
-    with faiss_utils.search_parameters(index, params, factory), faiss_utils.blas_for_batches(len(queries)):
+    with faiss_ops.search_parameters(index, params, factory), faiss_ops.blas_for_batches(len(queries)):
         index.search(queries[: min(10, len(queries))], k)  # warm-up
         start = time.perf_counter()
         _, ids = index.search(queries, k)
@@ -395,7 +395,7 @@ def main(argv=None):
             if factory == "Flat":
                 continue
             if "HNSW" in factory and n > HNSW_MAX_BLOCKS and not args.force_hnsw:
-                estimate = faiss_utils.nbytes_estimate(n, dim, factory) / 2**30
+                estimate = faiss_build.nbytes_estimate(n, dim, factory) / 2**30
                 build_min = HNSW_BUILD_S_PER_MILLION * n / 1e6 * 2 / args.threads / 60
                 reason = (
                     f"not measured: ~{estimate:.1f} GiB resident (float32 vectors + graph links), far over "
@@ -406,13 +406,13 @@ def main(argv=None):
                 print(f"{factory}: {reason}", flush=True)
                 continue
             index, build_s, memory = build_measured(factory, blocks, args)
-            exact_codes = faiss_utils.is_exact(index)
+            exact_codes = faiss_ops.is_exact(index)
             breakdown = ivf_breakdown(index)
             if breakdown:
                 notes.append(f"{factory}: resident {memory:.0f} MB = {breakdown}")
-            if faiss_utils.get_search_param(index, "nprobe") is not None:
+            if faiss_ops.get_search_param(index, "nprobe") is not None:
                 settings = [{"nprobe": p} for p in entry_nprobes]
-            elif faiss_utils.get_search_param(index, "efSearch") is not None:
+            elif faiss_ops.get_search_param(index, "efSearch") is not None:
                 settings = [{"efSearch": e} for e in entry_ef]
             else:
                 settings = [{}]

@@ -242,12 +242,10 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
         dtype="bf16" if bf16 else None,
     )
     if args.retrieval == "hybrid":
-        from realm_hf.retrieval.sparse import HybridRealmRetriever
-
         # BM25 beside the dense index, fused by rank: exact names and rare words that a 128-d vector blurs (on the
         # hand-written questions the gold article ranks first 70% of the time instead of 54%). Only searches given
         # the question texts are hybrid (answering, evaluation); the warm-ups' searches stay dense, as REALM's.
-        retriever = HybridRealmRetriever(retriever, mode="rrf", sparse_k=args.bm25_k)
+        retriever.use_bm25(mode="rrf", sparse_k=args.bm25_k)
     model.set_retriever(retriever)
     log(
         f"Index: {len(retriever)} blocks, dim {retriever.embedding_dim}, {args.retrieval} retrieval "

@@ -204,6 +204,7 @@ def build_model_and_data(args):
     """
     from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
     from realm_hf.models.initialization import init_from_bert
+    from realm_hf.retrieval.refresh import embed_corpus, is_stale
     from realm_hf.training.recipes import seed_everything, set_document_embedder_trainable
 
     # Before the model is built: its fresh heads (retrieval projection, span scorer) are drawn here, and the Trainer
@@ -256,10 +257,10 @@ def build_model_and_data(args):
         log(f"Index: {len(retriever)} blocks in {time.perf_counter() - started:.0f}s")
     if retriever.tokenizer is None:
         retriever.tokenizer = tokenizer
-    if args.train_document_embedder and retriever.is_stale(document_embedder):
+    if args.train_document_embedder and is_stale(retriever, document_embedder):
         # Otherwise the first refresh would jump from another embedder's space to this one's.
         log("The corpus was embedded by other weights than the document embedder: re-embedding it once.")
-        retriever.embed_corpus(document_embedder, batch_size=32, show_progress=False)
+        embed_corpus(retriever, document_embedder, batch_size=32, show_progress=False)
     model.set_retriever(retriever)
     model.config.num_block_records = len(retriever)
 

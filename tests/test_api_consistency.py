@@ -56,19 +56,18 @@ def test_pretraining_from_pretrained_without_retriever(tiny, tmp_path):
     assert RealmForPreTraining.from_pretrained(tmp_path / "pretraining", load_retriever=False).retriever is None
 
 
-def test_require_retriever_is_public_and_the_old_name_still_works(tiny):
+def test_require_retriever_is_public(tiny):
     model = tiny[0]
     assert model.require_retriever() is model.retriever
-    assert model._require_retriever() is model.retriever
+    assert not hasattr(model, "_require_retriever")  # the never-released private name is gone
     bare = RealmForOpenQA(model.config)
-    for method in (bare.require_retriever, bare._require_retriever):
-        with pytest.raises(ValueError, match="no retriever"):
-            method()
+    with pytest.raises(ValueError, match="no retriever"):
+        bare.require_retriever()
     pretraining = RealmForPreTraining(model.config)
     with pytest.raises(ValueError, match="no retriever"):
         pretraining.require_retriever()
     pretraining.set_retriever(model.retriever)
-    assert pretraining._require_retriever() is model.retriever
+    assert pretraining.require_retriever() is model.retriever
 
 
 # ------------------------------------------------------------------------------------------------------------------

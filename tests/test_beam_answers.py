@@ -16,6 +16,7 @@ from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
 from realm_hf.models.reader_inputs import build_reader_inputs, tokenize_answers, truncated_pair_lengths
 from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
 from realm_hf.retrieval.encoding import tokenize_block_texts
+from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.text.answer_spans import find_answer_spans, find_answers_in_token_ids
 from realm_hf.training.openqa import DataCollatorForOpenQA
@@ -97,12 +98,12 @@ def every_pair_forward(model, batch):
     question_projection = model.embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     k = min(config.searcher_beam_size, len(retriever))
     block_ids = retriever.search(question_projection.detach(), k).block_ids
-    block_emb = retriever.get_block_embeddings(block_ids)
+    block_emb = retriever.store.embeddings(block_ids)
     relevance_score = torch.einsum("bd,bkd->bk", question_projection, block_emb)
     inputs = build_reader_inputs(
         tokenizer,
         batch["questions"],
-        retriever.get_block_texts(block_ids),
+        retriever.store.texts(block_ids),
         answer_ids=tokenize_answers(tokenizer, batch["answers"]),
         max_length=config.reader_seq_len,
         return_offsets_mapping=True,
@@ -159,7 +160,7 @@ def test_training_losses_identical_to_tokenizing_every_pair(model, stored):
 
     # The comparison covers what made "holds an answer" subtle: answers only in the part of a block that its pair
     # cuts off, an answer after a [SEP] written in the text, answers beyond the reader beam, the reader's own loss.
-    ids, lengths = used.get_block_token_ids(block_ids)
+    ids, lengths = used.store.token_ids(block_ids, used.tokenizer)
     answers = tokenize_answers(tokenizer, batch["answers"])
     anywhere = torch.stack([find_answers_in_token_ids(ids[b], lengths[b], answers[b]) for b in range(len(answers))])
     assert (anywhere & ~inputs.has_answers).any()
@@ -217,13 +218,13 @@ def test_a_changed_tokenizer_falls_back_to_every_pair_with_a_warning(model, tmp_
 def stored_ids_match_texts(retriever):
     assert TOKEN_IDS_COLUMN in retriever.corpus.column_names
     assert None not in retriever.corpus[TOKEN_IDS_COLUMN]
-    block_ids = torch.as_tensor(retriever.block_ids)
-    ids, lengths = retriever.get_block_token_ids(block_ids)
-    expected = tokenize_block_texts(retriever.tokenizer, retriever.get_block_texts(block_ids))
+    block_ids = torch.as_tensor(retriever.store.block_ids)
+    ids, lengths = retriever.store.token_ids(block_ids, retriever.tokenizer)
+    expected = tokenize_block_texts(retriever.tokenizer, retriever.store.texts(block_ids))
     assert [row[:n].tolist() for row, n in zip(ids, lengths)] == expected
     assert ids.shape[1] == max(len(row) for row in expected) and bool((ids[lengths == 0] == -1).all())
     # Search results and provenance carry the metadata, not the ids.
-    assert TOKEN_IDS_COLUMN not in retriever.get_blocks(block_ids[:2])[0]
+    assert TOKEN_IDS_COLUMN not in retriever.store.blocks(block_ids[:2])[0]
 
 
 def test_token_ids_are_kept_through_add_remove_save_load_and_refresh(model, tmp_path):
@@ -237,7 +238,7 @@ def test_token_ids_are_kept_through_add_remove_save_load_and_refresh(model, tmp_
     stored_ids_match_texts(retriever)
     retriever.remove_documents(doc_ids=[documents()[1]["doc_id"]])
     stored_ids_match_texts(retriever)
-    retriever.embed_corpus(model.embedder, show_progress=False)
+    embed_corpus(retriever, model.embedder, show_progress=False)
     stored_ids_match_texts(retriever)
     retriever.save_pretrained(tmp_path / "saved")
     loaded = RealmRetriever.from_pretrained(tmp_path / "saved")
@@ -250,8 +251,8 @@ def test_token_ids_are_kept_through_add_remove_save_load_and_refresh(model, tmp_
     old = RealmRetriever.from_pretrained(tmp_path / "old")
     old.add_documents(documents()[9:10], model.embedder, show_progress=False)
     assert TOKEN_IDS_COLUMN not in old.corpus.column_names
-    ids, lengths = old.get_block_token_ids(torch.as_tensor(old.block_ids))
-    expected = tokenize_block_texts(tokenizer, old.get_block_texts(torch.as_tensor(old.block_ids)))
+    ids, lengths = old.store.token_ids(torch.as_tensor(old.store.block_ids), old.tokenizer)
+    expected = tokenize_block_texts(tokenizer, old.store.texts(torch.as_tensor(old.store.block_ids)))
     assert [row[:n].tolist() for row, n in zip(ids, lengths)] == expected
 
 

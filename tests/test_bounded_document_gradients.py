@@ -70,12 +70,12 @@ def hand_loss(model, batch, m):
     if m:
         fresh = model.document_embedder(**block_inputs(model, [b for row in search.blocks for b in row[:m]]))
         parts.append(fresh.projected_score.view(len(QUESTIONS), m, -1))
-    parts.append(retriever.get_block_embeddings(search.block_ids[:, m:]))
+    parts.append(retriever.store.embeddings(search.block_ids[:, m:]))
     relevance = torch.einsum("bd,bkd->bk", question, torch.cat(parts, dim=1))
     inputs = build_reader_inputs(
         tokenizer,
         batch["questions"],
-        retriever.get_block_texts(search.block_ids),
+        retriever.store.texts(search.block_ids),
         answer_ids=tokenize_answers(tokenizer, batch["answers"]),
         max_length=model.config.reader_seq_len,
     )
@@ -142,7 +142,7 @@ def test_only_the_top_m_blocks_are_re_embedded_with_gradient(model, batch):
     # Blocks beyond m are scored with the stored embeddings; the first m with fresh ones, which differ here.
     with torch.no_grad():
         question = model.embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        stored = torch.einsum("bd,bkd->bk", question, model.retriever.get_block_embeddings(out.retrieved_block_ids))
+        stored = torch.einsum("bd,bkd->bk", question, model.retriever.store.embeddings(out.retrieved_block_ids))
     torch.testing.assert_close(out.retrieved_scores[:, m:].detach(), stored[:, m:], atol=1e-6, rtol=0)
     assert (out.retrieved_scores[:, :m].detach() - stored[:, :m]).abs().min() > 1e-4
 

@@ -1,5 +1,5 @@
 """
-`realm-hf index --index Flat+bm25`: the BM25 index (retrieval/sparse.py) built beside the dense one and saved under
+`realm-hf index --index Flat+bm25`: the BM25 index (retrieval/bm25.py) built beside the dense one and saved under
 the same manifest, used by `ask`, `evaluate` and the pipeline of the model it is attached to; clear errors for an
 unknown suffix and for a missing `bm25s`.
 """
@@ -16,7 +16,7 @@ from test_cli import DOCUMENTS, converted, run  # noqa: F401 - the converted-mod
 from realm_hf import RealmForOpenQA
 from realm_hf.cli.common import CLIError
 from realm_hf.cli.index import split_index_spec
-from realm_hf.retrieval.sparse import HybridRealmRetriever
+from realm_hf.retrieval.retriever import RealmRetriever
 
 pytest.importorskip("bm25s")
 QUESTION = "who designed the torre alba lighthouse?"
@@ -62,11 +62,11 @@ def test_index_flat_bm25_is_attached_and_used_by_ask_evaluate_and_the_pipeline(c
     for folder in (model_dir / "retriever", tmp_path / "corpus"):
         manifest = json.loads((folder / "retriever_manifest.json").read_text())
         assert manifest["sparse_index"]["library"] == "bm25s"
-        assert HybridRealmRetriever.from_pretrained(folder).sparse is not None
+        assert RealmRetriever.from_pretrained(folder).store.sparse is not None
     model = RealmForOpenQA.from_pretrained(model_dir)
-    assert isinstance(model.retriever, HybridRealmRetriever)
+    assert model.retriever.store.sparse is not None
     # The model's search takes the BM25 candidates: the best BM25 block of the question is among those read.
-    (best_sparse,), _ = model.retriever.sparse.search([QUESTION], 1)
+    (best_sparse,), _ = model.retriever.store.sparse.nearest([QUESTION], 1)
     assert best_sparse[0] >= 0
     inputs = model.retriever.tokenizer([QUESTION], return_tensors="pt")
     with torch.no_grad():
@@ -86,7 +86,7 @@ def test_index_flat_bm25_is_attached_and_used_by_ask_evaluate_and_the_pipeline(c
 
     # A dense-only index replaces it (and the model loads a plain retriever again).
     assert run(*argv, "--index", "Flat") == 0
-    assert not isinstance(RealmForOpenQA.from_pretrained(model_dir).retriever, HybridRealmRetriever)
+    assert RealmForOpenQA.from_pretrained(model_dir).retriever.store.sparse is None
 
 
 def test_unknown_suffix_and_missing_bm25s_are_clear(converted, tmp_path, monkeypatch, capsys):  # noqa: F811

@@ -18,6 +18,7 @@ from test_pipeline import DOCS, QUESTIONS, build_tiny_model
 
 import realm_hf
 from realm_hf.retrieval.encoding import embed_blocks
+from realm_hf.retrieval.refresh import embed_corpus
 
 EXTRA = {"title": "Fortran", "text": "Fortran is a programming language created by John Backus at IBM."}
 READS_PER_THREAD = 12
@@ -77,7 +78,7 @@ def test_answers_come_from_one_index_state_while_the_index_changes(tmp_path):
     model, _ = build_tiny_model(str(tmp_path), reader_beam_size=3)
     retriever = model.retriever
     embedders = {"A": model.embedder, "B": _perturbed(model.embedder)}
-    retriever.embed_corpus(embedders["A"], show_progress=False)  # stored vectors = embedder A over (title, text)
+    embed_corpus(retriever, embedders["A"], show_progress=False)  # stored vectors = embedder A over (title, text)
     expected = _expected_rankings(model, retriever, embedders, k=3)
     qa = realm_hf.pipeline("question-answering", model=model)
     extra_ids, errors, answers, swaps, stop = set(), [], [], [], threading.Event()
@@ -91,8 +92,8 @@ def test_answers_come_from_one_index_state_while_the_index_changes(tmp_path):
 
     def swap(name):
         # A refresh as the re-index callback installs it: a new index built beside the live one, swapped in.
-        rows = [min(int(block_id), len(DOCS)) for block_id in retriever.block_ids]  # the extra document is row 6
-        retriever.swap_index_state(retriever.build_index_state(vectors[name][rows]))
+        rows = [min(int(block_id), len(DOCS)) for block_id in retriever.store.block_ids]  # the extra document is row 6
+        retriever.swap_index_state(retriever.store.with_embeddings(vectors[name][rows]))
 
     def write():
         # Swap between the two embedders' indexes many times, with the extra document added and removed in between.
@@ -108,7 +109,7 @@ def test_answers_come_from_one_index_state_while_the_index_changes(tmp_path):
                 for _ in range(4):
                     current = "B" if current == "A" else "A"
                     swap(current)
-                retriever.remove_blocks(added)
+                retriever.remove_documents(block_ids=added)
         except Exception as error:  # noqa: BLE001 - reported by the test
             errors.append(("writer", repr(error)))
 

@@ -38,7 +38,7 @@ def two_saves(tmp_path_factory):
     for name, seed in (("a", 0), ("b", 1)):
         model, _ = build_tiny_model(str(root), seed=seed)
         if name == "b":
-            model.retriever.remove_blocks([5])
+            model.retriever.remove_documents(block_ids=[5])
         model.save_pretrained(root / name, model_card=False)
         expected[_weights(RealmForOpenQA.from_pretrained(root / name))] = len(model.retriever)
     assert sorted(expected.values()) == [5, 6]

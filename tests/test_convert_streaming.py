@@ -17,7 +17,7 @@ import torch
 
 from realm_hf.retrieval import legacy
 from realm_hf.retrieval.conversion import convert_legacy_checkpoint, write_legacy_retriever
-from realm_hf.retrieval.index import new_index, write_flat_index
+from realm_hf.retrieval.faiss_build import new_index, write_flat_index
 from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,7 +88,7 @@ def test_transformers_4_fixture_converts_identically(tmp_path):
     """The block_records.npy transformers 4.57.6 wrote (tests/fixtures/legacy/openqa), in chunks smaller than it."""
     a, b = convert_both(LEGACY_OPENQA, tmp_path, chunk_rows=5, max_shard_size=1000)
     assert len(os.listdir(tmp_path / "streamed" / "corpus")) > 3  # several shards (and their two JSON files)
-    assert b.get_block_texts([0]) == [
+    assert b.store.texts([0]) == [
         json.load(open(os.path.join(LEGACY_OPENQA, "expected_outputs.json")))["block_records"][0]
     ]
     # The Flat index file is the one faiss writes.
@@ -122,7 +122,7 @@ def test_repeated_objects_and_str_items_convert_identically(tmp_path):
     make_legacy(tmp_path / "legacy", LEGACY_OPENQA, items)
     assert b"h" in open(tmp_path / "legacy" / "block_records.npy", "rb").read()  # BINGET present
     _, streamed = convert_both(tmp_path / "legacy", tmp_path, chunk_rows=64)
-    assert streamed.get_block_texts([0, 3, 5, 7]) == [shared.decode()] * 2 + ["a str item, not bytes", "row 7 é"]
+    assert streamed.store.texts([0, 3, 5, 7]) == [shared.decode()] * 2 + ["a str item, not bytes", "row 7 é"]
 
 
 def test_records_are_streamed_without_unpickling(tmp_path, monkeypatch):
@@ -147,7 +147,7 @@ def test_unstreamable_records_fall_back_to_np_load(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="realm_hf.retrieval.conversion"):
         _, streamed = convert_both(tmp_path / "legacy", tmp_path, chunk_rows=8)
     assert "cannot be streamed" in caplog.text
-    assert streamed.get_block_texts([30]) == ["None"]
+    assert streamed.store.texts([30]) == ["None"]
 
 
 def test_invalid_utf8_names_the_block(tmp_path):
@@ -173,8 +173,8 @@ def test_streamed_conversion_refuses_without_opt_in_and_on_mismatch(tmp_path, mo
 def test_convert_legacy_checkpoint_returns_the_streamed_retriever(tmp_path):
     block_emb = make_legacy(tmp_path / "legacy", LEGACY_OPENQA, texts(50))
     retriever = convert_legacy_checkpoint(tmp_path / "legacy", tmp_path / "out", allow_pickle=True)
-    assert torch.equal(retriever.get_block_embeddings(torch.arange(50).view(1, -1))[0], block_emb)
-    assert retriever.get_block_texts(list(range(50))) == [t.decode() for t in texts(50)]
+    assert torch.equal(retriever.store.embeddings(torch.arange(50).view(1, -1))[0], block_emb)
+    assert retriever.store.texts(list(range(50))) == [t.decode() for t in texts(50)]
 
 
 def test_flat_index_file_is_faiss_own(tmp_path):

@@ -37,9 +37,9 @@ def signature(path):
     for name, tensor in sorted(model.state_dict().items()):
         weights.update(name.encode() + tensor.detach().numpy().tobytes())
     retriever = model.retriever
-    ids = torch.from_numpy(np.sort(retriever.block_ids))
-    corpus = hashlib.sha256(json.dumps(retriever.get_block_texts(ids)).encode())
-    corpus.update(retriever.get_block_embeddings(ids).numpy().tobytes())
+    ids = torch.from_numpy(np.sort(retriever.store.block_ids))
+    corpus = hashlib.sha256(json.dumps(retriever.store.texts(ids)).encode())
+    corpus.update(retriever.store.embeddings(ids).numpy().tobytes())
     query = torch.linspace(-1, 1, retriever.embedding_dim).view(1, -1)
     search = retriever.search(query, k=3, return_blocks=False)
     corpus.update(search.block_ids.numpy().tobytes() + search.scores.numpy().tobytes())
@@ -55,7 +55,7 @@ def saves(tmp_path_factory):
     old.save_pretrained(root / "old", max_shard_size="20KB", tokenizer=tokenizer)
     new, tokenizer = build_tiny_model(str(root), seed=1)
     tokenizer.add_tokens(["[NEW]"])
-    new.retriever.remove_blocks([5])  # another corpus size too
+    new.retriever.remove_documents(block_ids=[5])  # another corpus size too
     new.save_pretrained(root / "new", tokenizer=tokenizer)
     expected = {"old": signature(root / "old"), "new": signature(root / "new")}
     assert expected["old"][0] != expected["new"][0] and expected["old"][1] != expected["new"][1]
@@ -277,7 +277,7 @@ def test_concurrent_saves_into_one_directory_do_not_interleave(tmp_path):
         thread.join()
     assert not errors
     loaded = RealmRetriever.from_pretrained(tmp_path)
-    assert len(loaded) in (3, 7) and loaded.get_block_texts([0])[0] == f"{len(loaded)}-0"
+    assert len(loaded) in (3, 7) and loaded.store.texts([0])[0] == f"{len(loaded)}-0"
     assert sorted(os.listdir(tmp_path)) == ["corpus", "index.faiss", "retriever_manifest.json"]
 
 

@@ -20,6 +20,7 @@ from test_retrieval import CORPUS_DIR, MAX_BLOCK_LENGTH, NEW_DOC, TinyEmbedder, 
 from transformers import BertTokenizer
 
 from realm_hf.constants import FORMAT_VERSION, INDEX_NAME, MANIFEST_NAME
+from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.retrieval.retriever import RealmRetriever
 
 QUESTIONS = ["lighthouse of port estrel", "garbage collector", "wool market", "volcanic island", "compiler"]
@@ -75,13 +76,13 @@ def test_corpus_is_memory_mapped_from_the_start_and_its_files_go_with_it(documen
     # Added blocks and re-embedded columns are memory-mapped too, also after removals (an indices mapping).
     retriever.add_documents([NEW_DOC], embedder, show_progress=False)
     assert all_memory_mapped(retriever.corpus)
-    retriever.embed_corpus(embedder, show_progress=False)
+    embed_corpus(retriever, embedder, show_progress=False)
     assert all_memory_mapped(retriever.corpus)
     retriever.remove_documents(["doc-000"])
-    before = retriever.get_block_embeddings(torch.as_tensor(retriever.block_ids))
-    retriever.embed_corpus(embedder, show_progress=False)
+    before = retriever.store.embeddings(torch.as_tensor(retriever.store.block_ids))
+    embed_corpus(retriever, embedder, show_progress=False)
     assert all_memory_mapped(retriever.corpus)
-    assert torch.allclose(retriever.get_block_embeddings(torch.as_tensor(retriever.block_ids)), before, atol=1e-5)
+    assert torch.allclose(retriever.store.embeddings(torch.as_tensor(retriever.store.block_ids)), before, atol=1e-5)
     files |= corpus_files(retriever)
     assert all(os.path.isfile(f) for f in corpus_files(retriever))
     # Files the live corpus no longer reads are gone; the rest go with the retriever.
@@ -99,7 +100,7 @@ def test_in_memory_corpus_stays_in_memory(documents, embedder, tokenizer, tmp_pa
     retriever.save_pretrained(tmp_path)
     loaded = RealmRetriever.from_pretrained(tmp_path, mmap=False)
     loaded.add_documents([NEW_DOC], embedder, show_progress=False)
-    loaded.embed_corpus(embedder, show_progress=False)
+    embed_corpus(loaded, embedder, show_progress=False)
     assert not loaded.corpus.cache_files  # mmap=False was asked for: nothing written to scratch files
 
 
@@ -113,7 +114,7 @@ def test_saved_directory_gives_the_same_rows_through_datasets_faiss_api(
     # Removals and an addition: block ids are no longer row numbers.
     retriever.remove_documents(["doc-000", "doc-003"])
     retriever.add_documents([NEW_DOC], embedder, show_progress=False)
-    assert not np.array_equal(retriever.block_ids, np.arange(len(retriever)))
+    assert not np.array_equal(retriever.store.block_ids, np.arange(len(retriever)))
     retriever.save_pretrained(tmp_path)
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert manifest["index_labels"] == "row" and manifest["format_version"] == FORMAT_VERSION
@@ -127,7 +128,10 @@ def test_saved_directory_gives_the_same_rows_through_datasets_faiss_api(
     assert loaded.search(questions, k=k).block_ids.tolist() == expected
     new_ids = loaded.add_documents([dict(NEW_DOC, doc_id="doc-new-2")], embedder, show_progress=False)
     retriever.add_documents([dict(NEW_DOC, doc_id="doc-new-2")], embedder, show_progress=False)
-    assert loaded.block_ids.tolist() == retriever.block_ids.tolist() and max(new_ids) == loaded.block_ids.max()
+    assert (
+        loaded.store.block_ids.tolist() == retriever.store.block_ids.tolist()
+        and max(new_ids) == loaded.store.block_ids.max()
+    )
     assert torch.equal(loaded.search(questions, k=k).block_ids, retriever.search(questions, k=k).block_ids)
     loaded.remove_documents(["doc-new"])
     retriever.remove_documents(["doc-new"])
@@ -193,7 +197,7 @@ def test_fast_scan_ivf_index_is_saved_with_row_labels(tmp_path):
     )
     retriever.save_pretrained(tmp_path)
     assert json.loads((tmp_path / MANIFEST_NAME).read_text())["index_labels"] == "row"
-    _, live = retriever.index.search(queries, 20)
+    _, live = retriever.store.index.index.search(queries, 20)
     _, saved_rows = faiss.read_index(str(tmp_path / INDEX_NAME)).search(queries, 20)
     assert block_ids[saved_rows].tolist() == live.tolist()
     loaded = RealmRetriever.from_pretrained(tmp_path)

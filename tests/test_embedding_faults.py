@@ -16,6 +16,7 @@ from test_training import QUESTIONS, all_embeddings, make_model, training_args
 from transformers import BertTokenizer
 
 from realm_hf import RealmEmbedder
+from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA, RealmOpenQATrainer
@@ -65,7 +66,7 @@ def test_diverged_embedder_is_refused_by_every_way_into_an_index(tokenizer, valu
     retriever = RealmRetriever.from_documents(DOCUMENTS, embedder, tokenizer, **kwargs)
     before = all_embeddings(retriever).clone()
     with pytest.raises(ValueError, match="3 of 3 block embeddings contain NaN or inf"):
-        retriever.embed_corpus(broken, show_progress=False)
+        embed_corpus(retriever, broken, show_progress=False)
     with (
         pytest.raises(ValueError, match="1 of 1 block embeddings contain NaN or inf"),
         pytest.warns(UserWarning, match="different embedder"),
@@ -74,7 +75,7 @@ def test_diverged_embedder_is_refused_by_every_way_into_an_index(tokenizer, valu
             [{"title": "Lisp", "text": "Lisp was invented by John McCarthy."}], broken, show_progress=False
         )
     # Nothing changed: same blocks, same vectors, searches still answer.
-    assert len(retriever) == 3 and retriever.index.ntotal == 3
+    assert len(retriever) == 3 and retriever.store.index.index.ntotal == 3
     torch.testing.assert_close(all_embeddings(retriever), before, atol=0, rtol=0)
     assert retriever.search(before[:1], k=3).block_ids.min() >= 0
 
@@ -98,7 +99,7 @@ def test_missing_results_name_their_cause(caplog):
     # An exhaustive index only drops results for non-finite stored vectors (e.g. an index written by an older
     # version, or corrupted): the hint must not send the user to nprobe/efSearch.
     flat = RealmRetriever.from_embeddings(vectors[:10], [str(i) for i in range(10)], index="Flat")
-    inner = faiss.downcast_index(faiss.downcast_index(flat.index).index)
+    inner = faiss.downcast_index(faiss.downcast_index(flat.store.index.index).index)
     faiss.rev_swig_ptr(inner.get_xb(), 10 * PROJ)[3 * PROJ] = np.nan  # block 3, written past the checks
     with caplog.at_level(logging.WARNING, logger="realm_hf"):
         out = flat.search(vectors[:1], k=10)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from realm_hf import RealmForOpenQA, RealmTokenizer
+from realm_hf.retrieval.refresh import embed_corpus, is_stale
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -93,12 +94,12 @@ def check_saved_openqa_model(output_dir):
     assert {"exact_match", "f1"} <= set(results["after"])
     model = RealmForOpenQA.from_pretrained(os.path.join(output_dir, "model")).eval()
     retriever = model.retriever
-    assert retriever.is_stale(model.document_embedder) is False
+    assert is_stale(retriever, model.document_embedder) is False
     # The saved index is the corpus embedded by the saved (trained) document embedder: re-embedding reproduces it.
-    block_ids = retriever.block_ids[:8]
-    saved = retriever.get_block_embeddings(block_ids).clone()
-    retriever.embed_corpus(model.document_embedder, show_progress=False)
-    torch.testing.assert_close(retriever.get_block_embeddings(block_ids), saved, atol=1e-4, rtol=0)
+    block_ids = retriever.store.block_ids[:8]
+    saved = retriever.store.embeddings(block_ids).clone()
+    embed_corpus(retriever, model.document_embedder, show_progress=False)
+    torch.testing.assert_close(retriever.store.embeddings(block_ids), saved, atol=1e-4, rtol=0)
     answers = model.answer([q for q, _ in QUESTIONS[:2]])
     assert len(answers) == 2 and all(a["retrieved"] for a in answers)
 
@@ -243,9 +244,7 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     # The demo trains without dropout (--dropout 0 by default): the saved model says so.
     assert model.config.hidden_dropout_prob == 0.0 and model.config.attention_probs_dropout_prob == 0.0
     # The default answering retrieval is hybrid, and the saved model brings its BM25 index back.
-    from realm_hf.retrieval.sparse import HybridRealmRetriever
-
-    assert isinstance(model.retriever, HybridRealmRetriever) and model.retriever.mode == "rrf"
+    assert model.retriever.store.sparse is not None and model.retriever.store.sparse.mode == "rrf"
     # ... and its answers weigh the read blocks by their place in that fused order, which the card records.
     assert model.config.answer_block_prior == "rank"
     assert "their place in the fused order" in card

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmTokenizer
-from realm_hf.retrieval import index as faiss_utils
+from realm_hf.retrieval import faiss_ops
 from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.retrieval.retriever import RealmRetriever
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 LEGACY = os.path.join(os.path.dirname(__file__), "fixtures", "legacy")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_faiss_gpu = pytest.mark.skipif(
-    not faiss_utils.faiss_gpu_available(), reason="needs faiss with GPU support (pip install realm-hf[gpu])"
+    not faiss_ops.faiss_gpu_available(), reason="needs faiss with GPU support (pip install realm-hf[gpu])"
 )
 
 
@@ -40,14 +40,14 @@ def test_gpu_index_searches_like_the_cpu_index(index):
     texts = [f"block {i}" for i in range(len(vectors))]
     cpu = RealmRetriever.from_embeddings(vectors, texts, index=index)
     gpu = RealmRetriever.from_embeddings(vectors, texts, index=index).to_gpu()
-    assert on_gpu(gpu.index)
+    assert on_gpu(gpu.store.index.index)
     params = {"nprobe": 16} if index.startswith("IVF") else {}
     expected, got = cpu.search(queries, k=5, **params), gpu.search(queries, k=5, **params)
     same = (expected.block_ids == got.block_ids).float().mean().item()
     assert same > 0.99  # GPU kernels may order exact ties differently
     torch.testing.assert_close(got.scores, expected.scores, atol=1e-3, rtol=1e-3)
     gpu.to_cpu()
-    assert not on_gpu(gpu.index)
+    assert not on_gpu(gpu.store.index.index)
 
 
 @needs_cuda

@@ -147,8 +147,8 @@ def test_pretraining_from_pretrained_repo_id_loads_its_corpus_as_open_qa_does(sa
         assert reloaded.retriever is not None and len(reloaded.retriever) == len(DOCS)
         assert reloaded.retriever.embedding_dim == model.retriever.embedding_dim
         torch.testing.assert_close(
-            reloaded.retriever.get_block_embeddings(torch.arange(len(DOCS)).view(1, -1)),
-            model.retriever.get_block_embeddings(torch.arange(len(DOCS)).view(1, -1)),
+            reloaded.retriever.store.embeddings(torch.arange(len(DOCS)).view(1, -1)),
+            model.retriever.store.embeddings(torch.arange(len(DOCS)).view(1, -1)),
         )
     # Weights alone, as for Open-QA: nothing is fetched for the corpus.
     weights_only = RealmForPreTraining.from_pretrained(

@@ -1,4 +1,4 @@
-"""Hybrid retrieval: a BM25 index (`bm25s`) beside the dense one (`realm_hf.retrieval.sparse`).
+"""Hybrid retrieval: a BM25 index (`bm25s`, `realm_hf.retrieval.bm25`) beside the dense one, `RealmRetriever.use_bm25`.
 
 Skipped where `bm25s` (the `hybrid` extra) is not installed. The model is the tiny legacy fixture of test_training.py
 (12 blocks); expected values are computed here from the blocks' texts and stored embeddings.
@@ -13,27 +13,27 @@ from test_training import QUESTIONS, make_model
 
 pytest.importorskip("bm25s")
 
-from realm_hf.retrieval.sparse import BM25BlockIndex, HybridRealmRetriever, reciprocal_rank_fusion  # noqa: E402
+from realm_hf.retrieval.bm25 import BM25BlockIndex, reciprocal_rank_fusion  # noqa: E402
 from realm_hf.training.openqa import DataCollatorForOpenQA  # noqa: E402
 
 
 def all_blocks(retriever):
-    return retriever.get_blocks(torch.as_tensor(np.asarray(retriever.block_ids)))
+    return retriever.store.blocks(torch.as_tensor(np.asarray(retriever.store.block_ids)))
 
 
 def test_bm25_finds_the_block_that_shares_the_rare_words():
     model = make_model(train_document_embedder=False)
     blocks = all_blocks(model.retriever)
-    sparse = BM25BlockIndex.from_retriever(model.retriever)
+    sparse = BM25BlockIndex.from_corpus(model.retriever.store.corpus)
     assert len(sparse) == len(blocks)
     # A question made of one block's own words ranks that block first.
     target = blocks[5]
     words = " ".join(target["text"].split()[:8])
-    ids, scores = sparse.search([words], 3)
+    ids, scores = sparse.nearest([words], 3)
     assert ids[0, 0] == target["block_id"]
     assert scores[0, 0] > 0
     # No shared term: no candidate at all.
-    ids, scores = sparse.search(["zzzqqq"], 3)
+    ids, scores = sparse.nearest(["zzzqqq"], 3)
     assert (ids == -1).all() and (scores == 0).all()
 
 
@@ -47,7 +47,7 @@ def test_reciprocal_rank_fusion_by_hand():
 
 def test_save_and_load_without_pickle_and_checked(tmp_path):
     model = make_model(train_document_embedder=False)
-    sparse = BM25BlockIndex.from_retriever(model.retriever)
+    sparse = BM25BlockIndex.from_corpus(model.retriever.store.corpus)
     files = sparse.save(str(tmp_path))
     assert all(not name.endswith((".pkl", ".pickle")) for name in files)
     for name in files:
@@ -55,7 +55,7 @@ def test_save_and_load_without_pickle_and_checked(tmp_path):
             np.load(tmp_path / name, allow_pickle=False)  # refuses object arrays: nothing pickled
     loaded = BM25BlockIndex.load(str(tmp_path), files)
     question = ["what is the capital of france paris"]
-    assert np.array_equal(loaded.search(question, 4)[0], sparse.search(question, 4)[0])
+    assert np.array_equal(loaded.nearest(question, 4)[0], sparse.nearest(question, 4)[0])
     with open(os.path.join(tmp_path, "bm25_block_ids.npy"), "r+b") as f:
         f.seek(-1, 2)
         f.write(b"\x07")
@@ -66,13 +66,13 @@ def test_save_and_load_without_pickle_and_checked(tmp_path):
 @pytest.mark.parametrize("mode", ["candidates", "rrf"])
 def test_hybrid_search_adds_bm25_candidates_scored_by_the_dense_embeddings(mode):
     model = make_model(train_document_embedder=False)
-    hybrid = HybridRealmRetriever(model.retriever, mode=mode, sparse_k=3)
+    hybrid = model.retriever.use_bm25(mode=mode, sparse_k=3)
     batch = DataCollatorForOpenQA(model.retriever.tokenizer)(QUESTIONS)
     model.eval()
     with torch.no_grad():
         query = model.embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     dense = model.retriever.search(query, 2, return_blocks=False).block_ids
-    sparse_ids, _ = hybrid.sparse.search(batch["questions"], 3)
+    sparse_ids, _ = hybrid.store.sparse.nearest(batch["questions"], 3)
     out = hybrid.search(query, 2, questions=batch["questions"], return_embeddings=True)
     for row in range(len(QUESTIONS)):
         found = [i for i in out.block_ids[row].tolist() if i >= 0]
@@ -82,7 +82,7 @@ def test_hybrid_search_adds_bm25_candidates_scored_by_the_dense_embeddings(mode)
         else:
             assert len(found) == 2 and set(found) <= union
         # Scores are dense inner products with the stored embeddings, best first in "candidates".
-        stored = model.retriever.get_block_embeddings(torch.tensor([found]))[0]
+        stored = model.retriever.store.embeddings(torch.tensor([found]))[0]
         torch.testing.assert_close(out.scores[row, : len(found)], stored @ query[row])
         if mode == "candidates":
             assert out.scores[row, : len(found)].tolist() == sorted(
@@ -94,7 +94,7 @@ def test_hybrid_search_adds_bm25_candidates_scored_by_the_dense_embeddings(mode)
 
 def test_model_trains_and_answers_through_the_hybrid_retriever_and_it_follows_updates():
     model = make_model(train_document_embedder=False)
-    hybrid = HybridRealmRetriever(model.retriever, sparse_k=4)
+    hybrid = model.retriever.use_bm25(sparse_k=4)
     model.set_retriever(hybrid)
     batch = DataCollatorForOpenQA(model.retriever.tokenizer)(QUESTIONS)
     model.train()
@@ -106,27 +106,27 @@ def test_model_trains_and_answers_through_the_hybrid_retriever_and_it_follows_up
     assert len(answers) == len(QUESTIONS)
     # Removing a block re-indexes BM25 in the same step (one store holds both indexes): it is never returned.
     dense = model.retriever
-    removed = int(hybrid.sparse.block_ids[0])
-    hybrid.remove_blocks([removed])
-    assert removed not in hybrid.sparse.block_ids.tolist()
-    assert np.array_equal(hybrid.sparse.block_ids, hybrid.block_ids)
+    removed = int(hybrid.store.sparse.block_ids[0])
+    hybrid.remove_documents(block_ids=[removed])
+    assert removed not in hybrid.store.sparse.block_ids.tolist()
+    assert np.array_equal(hybrid.store.sparse.block_ids, hybrid.store.block_ids)
     assert dense is hybrid
 
 
-def test_the_bm25_index_follows_added_documents_and_the_dense_retriever_shares_the_store():
+def test_the_bm25_index_follows_added_documents_in_the_same_store():
     model = make_model(train_document_embedder=False)
     dense = model.retriever
-    hybrid = HybridRealmRetriever(dense, sparse_k=3)
-    # Built over `dense`, the hybrid shares its live store: a change through either is seen by both.
-    assert hybrid.store is dense.store and dense.store.sparse is hybrid.sparse
+    hybrid = dense.use_bm25(sparse_k=3)
+    # The BM25 index goes into the retriever's own store: one retriever, one store, whichever name it is used by.
+    assert hybrid is dense and dense.store.sparse is hybrid.store.sparse
     new_ids = dense.add_documents(
         [{"title": "Zorblax", "text": "zorblax quintessential marmalade volcano", "doc_id": 99}],
         model.embedder,
         show_progress=False,
     )
     assert hybrid.store is dense.store
-    assert np.array_equal(hybrid.sparse.block_ids, hybrid.block_ids)
-    ids, _ = hybrid.sparse.search(["zorblax marmalade"], 1)
+    assert np.array_equal(hybrid.store.sparse.block_ids, hybrid.store.block_ids)
+    ids, _ = hybrid.store.sparse.nearest(["zorblax marmalade"], 1)
     assert ids[0, 0] in new_ids
     # The new block is a BM25 candidate of a question naming its rare words, whatever its dense score.
     query = torch.zeros(1, dense.embedding_dim)
@@ -145,7 +145,7 @@ def test_saved_with_the_dense_index_under_one_manifest_and_checked(tmp_path):
     plain_manifest = json.loads((tmp_path / "plain" / "retriever_manifest.json").read_text())
     assert "sparse_index" not in plain_manifest and not (tmp_path / "plain" / "sparse_bm25").exists()
 
-    hybrid = HybridRealmRetriever(model.retriever, sparse_k=3)
+    hybrid = model.retriever.use_bm25(sparse_k=3)
     hybrid.save_pretrained(tmp_path / "hybrid")
     manifest = json.loads((tmp_path / "hybrid" / "retriever_manifest.json").read_text())
     assert manifest["sparse_index"]["dir"] == "sparse_bm25"
@@ -153,28 +153,30 @@ def test_saved_with_the_dense_index_under_one_manifest_and_checked(tmp_path):
     assert any(name.endswith(".npy") for name in sparse_files)
     assert all("sha256" in manifest["files"][name] for name in sparse_files)
 
-    loaded = HybridRealmRetriever.from_pretrained(tmp_path / "hybrid", sparse_k=3)
+    loaded = RealmRetriever.from_pretrained(tmp_path / "hybrid").use_bm25(sparse_k=3)
     questions = [q["question"] for q in QUESTIONS]
-    assert np.array_equal(loaded.sparse.search(questions, 3)[0], hybrid.sparse.search(questions, 3)[0])
-    # A plain load of the same directory still works (and still checks the BM25 files).
-    assert len(RealmRetriever.from_pretrained(tmp_path / "hybrid")) == len(model.retriever)
+    assert np.array_equal(loaded.store.sparse.nearest(questions, 3)[0], hybrid.store.sparse.nearest(questions, 3)[0])
+    # A plain load of the same directory brings the BM25 index back with its saved settings (and checks its files).
+    plain = RealmRetriever.from_pretrained(tmp_path / "hybrid")
+    assert len(plain) == len(model.retriever) and plain.store.sparse.sparse_k == 3
 
     vocab = next(tmp_path.glob("hybrid/sparse_bm25/vocab*.json"))
     vocab.write_text(vocab.read_text().replace('"', "'", 1) + " ")
     with pytest.raises((ValueError, OSError)):
-        HybridRealmRetriever.from_pretrained(tmp_path / "hybrid")
+        RealmRetriever.from_pretrained(tmp_path / "hybrid")
 
 
 def test_model_saved_with_a_hybrid_retriever_loads_it_back(tmp_path):
     from realm_hf import RealmForOpenQA
 
     model = make_model(train_document_embedder=False)
-    model.set_retriever(HybridRealmRetriever(model.retriever, sparse_k=2))
+    model.set_retriever(model.retriever.use_bm25(sparse_k=2))
     model.save_pretrained(tmp_path / "model")
     loaded = RealmForOpenQA.from_pretrained(tmp_path / "model")
-    assert isinstance(loaded.retriever, HybridRealmRetriever)
+    assert loaded.retriever.store.sparse is not None
     questions = [q["question"] for q in QUESTIONS]
-    assert (loaded.retriever.mode, loaded.retriever.sparse_k) == ("candidates", 2)  # the saved settings
+    sparse = loaded.retriever.store.sparse
+    assert (sparse.mode, sparse.sparse_k) == ("candidates", 2)  # the saved settings
     want, got = model.answer(questions), loaded.answer(questions)
     assert [[b["block_id"] for b in a["retrieved"]] for a in got] == [
         [b["block_id"] for b in a["retrieved"]] for a in want
@@ -195,7 +197,7 @@ def test_evaluation_recall_counts_what_the_hybrid_retriever_returns():
     rows = [
         {"question": " ".join(b["text"].split()[:8]), "answers": [" ".join(b["text"].split()[-2:])]} for b in blocks
     ]
-    hybrid = HybridRealmRetriever(model.retriever, mode="rrf", sparse_k=1)
+    hybrid = model.retriever.use_bm25(mode="rrf", sparse_k=1)
     model.set_retriever(hybrid)
     k = model.config.reader_beam_size + 1  # deeper than the blocks the reader reads
     tokenizer = hybrid.tokenizer

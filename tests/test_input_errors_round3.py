@@ -228,7 +228,7 @@ def test_one_doc_id_type_per_corpus(tiny):
         retriever.remove_documents([[3]])
     assert len(retriever) == 2
     retriever.remove_documents(np.int64(3))
-    assert retriever.get_block_texts(retriever.block_ids.tolist()) == ["four"]
+    assert retriever.store.texts(retriever.store.block_ids.tolist()) == ["four"]
 
     named = RealmRetriever.from_documents([{"doc_id": "a", "text": "one"}], model.embedder, tokenizer, **BUILD)
     with pytest.raises(ValueError, match=r"doc_id 7 is a int, but this corpus's doc_ids are strings.*str\(7\)"):
@@ -256,14 +256,14 @@ def _rewrite_corpus(directory, change):
     import datasets
 
     from realm_hf.constants import MANIFEST_NAME
-    from realm_hf.retrieval.serialization import _record_files
+    from realm_hf.retrieval.manifest import record_files
 
     corpus = change(datasets.load_from_disk(str(directory / "corpus")))
     corpus.save_to_disk(str(directory / "new_corpus"))
     shutil.rmtree(directory / "corpus")
     (directory / "new_corpus").rename(directory / "corpus")
     manifest = json.loads((directory / MANIFEST_NAME).read_text())
-    manifest["files"] = _record_files(str(directory))
+    manifest["files"] = record_files(str(directory))
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
 
 
@@ -313,8 +313,9 @@ def legacy_retriever(tmp_path):
 
 
 def test_transformers_test_retrieve_passes(legacy_retriever):
-    """transformers' own `test_retrieve`, against the legacy `__call__` (it failed on `special_tokens_mask`)."""
+    """transformers' own `test_retrieve`, against the legacy retriever call (it failed on `special_tokens_mask`)."""
     from realm_hf import RealmConfig
+    from realm_hf.retrieval.legacy import legacy_retriever_call
 
     retriever, config = legacy_retriever, RealmConfig(num_block_records=5)
     tokenizer = retriever.tokenizer
@@ -323,7 +324,8 @@ def test_transformers_test_retrieve_passes(legacy_retriever):
     answer_ids = tokenizer(
         ["the fourth"], add_special_tokens=False, return_token_type_ids=False, return_attention_mask=False
     ).input_ids
-    has_answers, start_pos, end_pos, concat_inputs = retriever(
+    has_answers, start_pos, end_pos, concat_inputs = legacy_retriever_call(
+        retriever,
         retrieved_block_ids,
         question_input_ids,
         answer_ids=answer_ids,
@@ -340,6 +342,8 @@ def test_transformers_test_retrieve_passes(legacy_retriever):
 
 
 def test_transformers_test_block_has_answer_passes(legacy_retriever):
+    from realm_hf.retrieval.legacy import legacy_retriever_call
+
     tokenizer = legacy_retriever.tokenizer
     answer_ids = tokenizer(
         ["the fourth", "longer longer"],
@@ -347,7 +351,8 @@ def test_transformers_test_block_has_answer_passes(legacy_retriever):
         return_token_type_ids=False,
         return_attention_mask=False,
     ).input_ids
-    has_answers, start_pos, end_pos, _ = legacy_retriever(
+    has_answers, start_pos, end_pos, _ = legacy_retriever_call(
+        legacy_retriever,
         np.array([0, 3, 5]),
         tokenizer(["Test question"]).input_ids,
         answer_ids=answer_ids,
@@ -376,7 +381,7 @@ def test_legacy_keyword_constructor_says_what_replaces_it_too(legacy_retriever):
         RealmRetriever(block_records=records, tokenizer=legacy_retriever.tokenizer)
     # Any other unknown keyword is still refused by name, and the parts are required.
     with pytest.raises(TypeError, match="unexpected keyword argument.*colour"):
-        RealmRetriever(legacy_retriever.corpus, legacy_retriever.index, colour="red")
+        RealmRetriever(legacy_retriever.corpus, legacy_retriever.store.index.index, colour="red")
     with pytest.raises(TypeError, match="needs a `corpus`"):
         RealmRetriever(tokenizer=legacy_retriever.tokenizer)
 

@@ -14,7 +14,6 @@ import realm_hf
 from realm_hf import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, RealmReader, RealmScorer
 from realm_hf.metrics import answer_recall_at_k, compute_qa_metrics, exact_match_score, recall_at_k
 from realm_hf.retrieval.retriever import RealmRetriever
-from realm_hf.retrieval.sparse import HybridRealmRetriever
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +149,7 @@ def test_search_names_question_embeddings_that_are_no_numbers(tiny, bad):
 
 
 def test_hybrid_search_refuses_question_texts_of_the_wrong_kind(tiny):
-    hybrid = HybridRealmRetriever(tiny[0].retriever)
+    hybrid = tiny[0].retriever.use_bm25()
     queries = torch.randn(2, 16)
     # Before: "ab" was two questions, "a" and "b", searched in silence.
     with pytest.raises(TypeError, match="not one string"):
@@ -260,7 +259,7 @@ def test_build_options_are_checked_before_any_document_is_read(options, message)
 
 def test_from_documents_tries_the_index_factory_before_embedding(tiny, monkeypatch):
     from realm_hf.retrieval import building
-    from realm_hf.retrieval.index import IndexFactoryError
+    from realm_hf.retrieval.faiss_build import IndexFactoryError
 
     def embed(*args, **kwargs):
         raise AssertionError("the corpus was embedded before the factory string was checked")

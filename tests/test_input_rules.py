@@ -266,7 +266,9 @@ def test_batch_sizes_must_be_positive(tiny):
     with pytest.raises(ValueError, match="`batch_size` must be a positive integer, got 0"):
         model.answer(QUESTIONS[0], batch_size=0)
     with pytest.raises(ValueError, match="`batch_size` must be a positive integer, got 0"):
-        RealmRetriever.from_texts(["a text"], model.embedder, tokenizer, max_block_length=32, batch_size=0)
+        RealmRetriever.from_documents(
+            [{"text": "a text"}], model.embedder, tokenizer, max_block_length=32, batch_size=0
+        )
 
 
 def test_non_integer_manifest_field_names_the_file(tiny, tmp_path):
@@ -313,4 +315,4 @@ def test_duplicate_doc_ids_are_refused_at_build_and_add(tiny):
         retriever.add_documents([{"doc_id": "c", "text": "new"}, {"doc_id": "a", "text": "again"}], model.embedder)
     assert len(retriever) == 2
     retriever.remove_documents("a")
-    assert retriever.get_block_texts([1]) == ["two"] and len(retriever) == 1
+    assert retriever.store.texts([1]) == ["two"] and len(retriever) == 1

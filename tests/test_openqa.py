@@ -46,7 +46,7 @@ def test_legacy_checkpoint_with_pickle_builds_exact_retriever(model, legacy):
     assert isinstance(model.retriever, RealmRetriever)
     assert len(model.retriever) == tensors["block_emb"].shape[0]
     ids = torch.arange(len(model.retriever)).view(1, -1)
-    torch.testing.assert_close(model.retriever.get_block_embeddings(ids)[0], tensors["block_emb"], atol=0, rtol=0)
+    torch.testing.assert_close(model.retriever.store.embeddings(ids)[0], tensors["block_emb"], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("qi", [0, 1, 2, 3])

@@ -166,12 +166,12 @@ def transformers_verbosity():
 
 
 def ivf_warnings(caplog):
-    from realm_hf.retrieval.index import adjust_factory_for_size
+    from realm_hf.retrieval.faiss_build import adjust_factory_for_size
 
     caplog.clear()
     with caplog.at_level(logging.DEBUG):
         adjust_factory_for_size("IVF64,Flat", 100)  # too few vectors: warns once
-        logging.getLogger("realm_hf.retrieval.index").info("an info record")
+        logging.getLogger("realm_hf.retrieval.faiss_build").info("an info record")
     return [r.levelname for r in caplog.records if r.name.startswith("realm_hf")]
 
 
@@ -188,7 +188,7 @@ def test_realm_hf_loggers_follow_transformers_verbosity(transformers_verbosity, 
     # ... and one set on a module's logger governs that module.
     transformers_verbosity.set_verbosity_warning()
     logging.getLogger("realm_hf").setLevel(logging.NOTSET)
-    index_logger = logging.getLogger("realm_hf.retrieval.index")
+    index_logger = logging.getLogger("realm_hf.retrieval.faiss_build")
     before = index_logger.level
     index_logger.setLevel(logging.INFO)
     try:
@@ -250,7 +250,7 @@ def test_tqdm_disable_silences_realm_hf_bars(monkeypatch, value, drawn):
 def test_ivf_fallback_warns_once_and_consistently(caplog):
     import numpy as np
 
-    from realm_hf.retrieval.index import build_index_from_matrix
+    from realm_hf.retrieval.faiss_build import build_index_from_matrix
 
     embeddings = np.random.default_rng(0).standard_normal((12, 8)).astype("float32")
     with caplog.at_level(logging.WARNING):

@@ -11,13 +11,8 @@ from safetensors.torch import load_file
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, RealmScorer, RealmTokenizer
 from realm_hf.models.initialization import init_from_bert, load_bert_state_dict, realm_config_from_bert
-from realm_hf.models.modeling_pretraining import (
-    NULL_BLOCK_ID,
-    PADDING_BLOCK_ID,
-    RealmForPreTraining,
-    encode_blocks,
-    join_inputs_and_blocks,
-)
+from realm_hf.models.modeling_pretraining import RealmForPreTraining
+from realm_hf.models.pretraining_inputs import NULL_BLOCK_ID, PADDING_BLOCK_ID, encode_blocks, join_inputs_and_blocks
 
 LEGACY = os.path.join(os.path.dirname(__file__), "fixtures", "legacy")
 

@@ -52,7 +52,7 @@ def test_a_store_is_not_changed_by_a_refresh_swapped_in_after_it():
     store = retriever.store
     retriever.swap_index_state(store.with_embeddings(np.eye(6, DIM, k=1, dtype=np.float32)))
     query = np.eye(1, DIM, k=1, dtype=np.float32)
-    assert store.search(query, k=1).block_ids.tolist() == [[1]]  # the old state, as it was
+    assert store.top_blocks(query, k=1).block_ids.tolist() == [[1]]  # the old state, as it was
     assert retriever.search(query, k=1).block_ids.tolist() == [[0]]  # the live one: the new embeddings
 
 
@@ -65,7 +65,7 @@ def test_the_search_output_carries_the_token_ids_of_its_blocks():
     )
     queries = torch.from_numpy(retriever.store.corpus.embeddings(np.array([0, 3]), DIM))
     out = retriever.search(queries, k=2, return_token_ids=True)
-    tokens, lengths = retriever.get_block_token_ids(out.block_ids)
+    tokens, lengths = retriever.store.token_ids(out.block_ids, retriever.tokenizer)
     assert torch.equal(out.block_token_ids, tokens) and torch.equal(out.block_token_lengths, lengths)
     # Reordering a result reorders every field together.
     order = torch.tensor([[1, 0], [1, 0]])

@@ -22,7 +22,7 @@ def saves(tmp_path_factory):
     for name, seed in (("a", 0), ("b", 1)):
         model, _ = build_tiny_model(str(root), seed=seed)
         if name == "b":
-            model.retriever.remove_blocks([0])
+            model.retriever.remove_documents(block_ids=[0])
         model.save_pretrained(root / name)
     return root
 

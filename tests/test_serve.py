@@ -114,7 +114,7 @@ def test_api_writes_need_the_token(served, client):
     assert model.retriever.num_blocks == before
     added = client.predict(TOKEN, EXTRA["text"], EXTRA["title"], EXTRA["doc_id"], api_name="/add_document")
     assert added["doc_id"] == "fortran" and len(added["block_ids"]) == 1
-    block = model.retriever.get_blocks(added["block_ids"])[0]
+    block = model.retriever.store.blocks(added["block_ids"])[0]
     assert (block["title"], block["text"], block["doc_id"]) == (EXTRA["title"], EXTRA["text"], EXTRA["doc_id"])
     removed = client.predict(TOKEN, "fortran", api_name="/remove_document")
     assert removed == {"doc_id": "fortran", "block_ids": added["block_ids"]}

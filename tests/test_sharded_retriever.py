@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from realm_hf import RealmForOpenQA, ShardedRealmRetriever
+from realm_hf.retrieval.refresh import embed_corpus
 from realm_hf.retrieval.retriever import RealmRetriever
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,13 +158,13 @@ def test_each_process_splits_and_embeds_its_share_of_the_documents(two_processes
         worker.documents(), model.embedder, model.retriever.tokenizer, max_block_length=48, show_progress=False
     )
     ids = [block_id for record in records for block_id in record["documents"]["block_ids"]]
-    assert ids == single.block_ids.tolist()
+    assert ids == single.store.block_ids.tolist()
     assert all(record["documents"]["num_blocks"] == len(single) for record in records)
     assert all(record["documents"]["block_ids"] for record in records)
     assert [d for record in records for d in record["documents"]["doc_ids"]] == list(single.corpus["doc_id"])
     assert [t for record in records for t in record["documents"]["texts"]] == list(single.corpus["text"])
     embeddings = torch.tensor([e for record in records for e in record["documents"]["embeddings"]])
-    torch.testing.assert_close(embeddings, single.get_block_embeddings(torch.tensor(ids)), rtol=0, atol=1e-5)
+    torch.testing.assert_close(embeddings, single.store.embeddings(torch.tensor(ids)), rtol=0, atol=1e-5)
 
 
 def test_refresh_under_training_refreshes_each_shard_locally(two_processes):
@@ -177,11 +178,11 @@ def test_refresh_under_training_refreshes_each_shard_locally(two_processes):
     torch.manual_seed(0)
     model = RealmForOpenQA.from_pretrained(worker.LEGACY_OPENQA, allow_pickle=True)
     model.add_document_embedder()
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
-    before = model.retriever.get_block_embeddings(torch.arange(12))
+    embed_corpus(model.retriever, model.document_embedder, show_progress=False)
+    before = model.retriever.store.embeddings(torch.arange(12))
     model.document_embedder.load_state_dict(load_file(out / "document_embedder.safetensors"))
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
-    after = model.retriever.get_block_embeddings(torch.arange(12))
+    embed_corpus(model.retriever, model.document_embedder, show_progress=False)
+    after = model.retriever.store.embeddings(torch.arange(12))
     shards = torch.cat([torch.tensor(record["refresh_local_embeddings"][0]) for record in records])
     torch.testing.assert_close(shards, after, rtol=0, atol=1e-5)
     assert not torch.allclose(shards, before, atol=1e-3), "training did not change the document embedder"
@@ -203,9 +204,9 @@ def test_trainer_checkpoints_save_and_restore_every_shard(two_processes):
     # The shards hold the corpus embedded by the document embedder saved in the same checkpoint.
     trained = RealmForOpenQA.from_pretrained(checkpoint, load_retriever=False)
     single = RealmForOpenQA.from_pretrained(worker.LEGACY_OPENQA, allow_pickle=True).retriever
-    single.embed_corpus(trained.document_embedder, show_progress=False)
+    embed_corpus(single, trained.document_embedder, show_progress=False)
     ids = torch.arange(12)
-    torch.testing.assert_close(loaded.get_block_embeddings(ids), single.get_block_embeddings(ids), rtol=0, atol=1e-5)
+    torch.testing.assert_close(loaded.embeddings(ids), single.store.embeddings(ids), rtol=0, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -222,14 +223,14 @@ def test_one_process_holds_every_shard_and_searches_like_the_retriever(full_retr
     assert torch.equal(got.block_ids, expected.block_ids) and torch.equal(got.scores, expected.scores)
     assert got.blocks == expected.blocks
     # Lookups of the retrieved ids (what RealmForOpenQA does after a search) match the retriever's.
-    assert torch.equal(sharded.get_block_embeddings(got.block_ids), full.get_block_embeddings(got.block_ids))
-    assert sharded.get_block_texts(got.block_ids) == full.get_block_texts(got.block_ids)
-    assert sharded.get_blocks(got.block_ids) == full.get_blocks(got.block_ids)
-    tokens, lengths = sharded.get_block_token_ids(got.block_ids)
-    expected_tokens, expected_lengths = full.get_block_token_ids(got.block_ids)
+    assert torch.equal(sharded.embeddings(got.block_ids), full.store.embeddings(got.block_ids))
+    assert sharded.texts(got.block_ids) == full.store.texts(got.block_ids)
+    assert sharded.blocks(got.block_ids) == full.store.blocks(got.block_ids)
+    tokens, lengths = sharded.token_ids(got.block_ids)
+    expected_tokens, expected_lengths = full.store.token_ids(got.block_ids, full.tokenizer)
     assert torch.equal(tokens, expected_tokens) and torch.equal(lengths, expected_lengths)
     # Ids that no search of this thread returned are looked up in the shards this process holds (here: all).
-    assert sharded.get_block_texts(torch.tensor([0, 299, -1])) == full.get_block_texts(torch.tensor([0, 299, -1]))
+    assert sharded.texts(torch.tensor([0, 299, -1])) == full.store.texts(torch.tensor([0, 299, -1]))
     with pytest.raises(ValueError, match="k=301 is larger than the number of blocks"):
         sharded.search(queries, 301)
 

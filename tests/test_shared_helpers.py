@@ -8,7 +8,7 @@ import pytest
 from transformers import BertTokenizerFast
 
 from realm_hf.io.atomic import atomic_write, atomic_write_text, swap_into_place
-from realm_hf.models.modeling_pretraining import encode_blocks
+from realm_hf.models.pretraining_inputs import encode_blocks
 from realm_hf.retrieval.encoding import tokenize_blocks
 from realm_hf.retrieval.legacy import pickle_allowed
 from realm_hf.text.sentences import sentence_spans, split_sentences

@@ -10,6 +10,7 @@ import torch
 from test_training import QUESTIONS, make_model
 
 from realm_hf import RealmConfig
+from realm_hf.retrieval.refresh import embed_corpus, is_stale
 from realm_hf.training import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA
 from realm_hf.training.recipes import set_document_embedder_trainable
@@ -27,11 +28,11 @@ def fresh_top_blocks(model, batch, k):
     """Top-k block ids and scores by the current document embedder, over the whole corpus (by hand)."""
     retriever = model.retriever
     with torch.no_grad():
-        embeddings = retriever.embed_corpus(model.document_embedder, show_progress=False, update_index=False)
+        embeddings = embed_corpus(retriever, model.document_embedder, show_progress=False, update_index=False)
         questions = model.embed_questions(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     scores = questions @ embeddings.T
     top = scores.topk(k, dim=1)
-    block_ids = torch.as_tensor(retriever.block_ids)
+    block_ids = torch.as_tensor(retriever.store.block_ids)
     return block_ids[top.indices], top.values
 
 
@@ -94,7 +95,7 @@ def test_query_side_only_switch_keeps_the_index_fresh():
     assert not torch.equal(model.embedder.cls.dense.weight, question_weight)
     for name, tensor in model.document_embedder.state_dict().items():
         assert torch.equal(tensor, before[name]), name
-    assert model.retriever.is_stale(model.document_embedder) is False
+    assert is_stale(model.retriever, model.document_embedder) is False
 
 
 def test_reindex_logs_recall_of_the_stale_index_against_the_fresh_one():

@@ -13,6 +13,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from realm_hf import RealmForOpenQA
 from realm_hf.retrieval.encoding import embed_blocks
+from realm_hf.retrieval.refresh import embed_corpus, is_stale
 from realm_hf.training.callbacks import RealmReindexCallback
 from realm_hf.training.openqa import DataCollatorForOpenQA, RealmOpenQATrainer, evaluate_openqa
 
@@ -41,13 +42,13 @@ def make_model(train_document_embedder=True):
     model.config.searcher_beam_size = 6
     if train_document_embedder:
         model.add_document_embedder()
-        model.retriever.embed_corpus(model.document_embedder, show_progress=False)
+        embed_corpus(model.retriever, model.document_embedder, show_progress=False)
     return no_dropout(model)
 
 
 def all_embeddings(retriever):
-    ids = torch.as_tensor(retriever.block_ids).view(1, -1)
-    return retriever.get_block_embeddings(ids)[0]
+    ids = torch.as_tensor(retriever.store.block_ids).view(1, -1)
+    return retriever.store.embeddings(ids)[0]
 
 
 def training_args(tmp_path, **overrides):
@@ -230,7 +231,7 @@ def test_callback_refreshes_and_index_equals_snapshot_embedding(tmp_path, backgr
     query = torch.randn(2, model.retriever.embedding_dim)
     search = model.retriever.search(query, 3)
     brute = (query @ expected.T).topk(3).indices
-    assert search.block_ids.tolist() == torch.as_tensor(model.retriever.block_ids)[brute].tolist()
+    assert search.block_ids.tolist() == torch.as_tensor(model.retriever.store.block_ids)[brute].tolist()
 
 
 def test_failed_refresh_keeps_old_index_and_training_goes_on(tmp_path, monkeypatch, caplog):
@@ -240,8 +241,8 @@ def test_failed_refresh_keeps_old_index_and_training_goes_on(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    # What the callback asks of the retriever for a refresh (the contract's `refresh_index_state`).
-    monkeypatch.setattr(model.retriever, "refresh_index_state", broken)
+    # What the callback calls for a refresh (`realm_hf.retrieval.refresh.refresh_index_state`).
+    monkeypatch.setattr("realm_hf.training.callbacks.refresh_index_state", broken)
     reindex = RealmReindexCallback(model.retriever, refresh_steps=2, background=True, refresh_at_end=False)
     trainer = RealmOpenQATrainer(
         model=model,
@@ -327,7 +328,7 @@ def test_refresh_at_end_leaves_an_index_matching_the_final_weights(tmp_path):
     final = reindex.history[-1]
     assert final["reindex/snapshot_step"] == 5 and final["reindex/staleness"] == 0
     assert final["reindex/refresh_seconds"] > 0  # measured up to the swap, not up to the submission
-    assert model.retriever.is_stale(model.document_embedder) is False
+    assert is_stale(model.retriever, model.document_embedder) is False
     corpus = model.retriever.corpus
     expected = embed_blocks(
         model.document_embedder,

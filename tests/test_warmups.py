@@ -207,9 +207,9 @@ def test_retrieval_loss_is_realms_marginal_over_the_beam():
     # By hand: the question vectors against every stored block vector, the top 6, which hold an answer by text.
     with torch.no_grad():
         q = model.embed_questions(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"])
-        ids = torch.as_tensor(retriever.block_ids).view(1, -1)
-        blocks = retriever.get_block_embeddings(ids)[0]
-        texts = retriever.get_block_texts(ids)[0]
+        ids = torch.as_tensor(retriever.store.block_ids).view(1, -1)
+        blocks = retriever.store.embeddings(ids)[0]
+        texts = retriever.store.texts(ids)[0]
         expected = []
         for i in range(2):
             scores = blocks @ q[i]
@@ -354,7 +354,7 @@ def test_retrieved_negatives_are_the_best_scored_blocks_other_than_the_context()
     with_negatives = add_retrieved_negatives(model, examples, num_negatives=2)
     # Ranked by hand: inner products of the question embeddings with every stored block embedding.
     tokenizer = retriever.tokenizer
-    embeddings = retriever.get_block_embeddings(retriever.block_ids)
+    embeddings = retriever.store.embeddings(retriever.store.block_ids)
     for example, result in zip(examples, with_negatives):
         encoded = tokenizer([example["question"]], return_tensors="pt")
         with torch.no_grad():

@@ -8,7 +8,7 @@ MANIFEST_NAME = "retriever_manifest.json"
 INDEX_NAME = "index.faiss"
 CORPUS_DIR = "corpus"
 TOKENIZER_DIR = "tokenizer"
-# A hybrid retriever's BM25 index (`retrieval/sparse.py`), saved beside the dense index under the same manifest.
+# The BM25 index of hybrid retrieval (`retrieval/bm25.py`), saved beside the dense index under the same manifest.
 SPARSE_INDEX_DIR = "sparse_bm25"
 # What a retriever directory holds, in the order a save swaps it in (the manifest last).
 RETRIEVER_ENTRIES = (CORPUS_DIR, INDEX_NAME, TOKENIZER_DIR, SPARSE_INDEX_DIR, MANIFEST_NAME)

@@ -1,6 +1,7 @@
 """
 `BlockIndex` (retrieval/index.py) owns the `faiss.Index`: it adds, removes, searches, saves and loads, and the rest of
-the package goes through it. Read from the source with `ast` (nothing is imported): a module that imports faiss or
+the package goes through it (the FAISS helpers it is built on live beside it, in retrieval/faiss_build.py and
+retrieval/faiss_ops.py). Read from the source with `ast` (nothing is imported): a module that imports faiss or
 names `faiss` must be listed in `FAISS_USERS` with the reason.
 
 The legacy conversion (`retrieval/conversion.py`, `realm-hf convert`) writes its FAISS index through
@@ -15,9 +16,11 @@ import source_imports
 SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
 FAISS_USERS: dict[str, str] = {
-    "retrieval/index.py": "BlockIndex and the FAISS helpers it is built on: the owner",
+    "retrieval/index.py": "BlockIndex: the owner",
+    "retrieval/faiss_build.py": "the helpers BlockIndex builds its indexes with (factory strings, training, adding)",
+    "retrieval/faiss_ops.py": "the helpers BlockIndex handles its index with (search parameters, GPU, files, labels)",
     "retrieval/retriever.py": "`faiss.Index` in type annotations and the docstring of an argument that takes a raw index",
-    "retrieval/serialization.py": "records `faiss.__version__` in the manifest",
+    "retrieval/manifest.py": "records `faiss.__version__` in the manifest",
 }
 
 

@@ -14,8 +14,6 @@ SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
 # Base classes with one subclass on purpose, and why.
 SINGLE_USER_BASES: dict[str, str] = {
-    "RealmRetriever": "a complete retriever used on its own everywhere; HybridRealmRetriever only adds the construction "
-    "over an existing retriever (sharing its live store) and names for the BM25 index its store holds",
     "RealmTokenizer": "RealmTokenizerFast is an alias of it under the legacy fast-tokenizer name (transformers 5 has "
     "one tokenizer class), not a second user",
 }

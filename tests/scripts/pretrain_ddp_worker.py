@@ -15,7 +15,9 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from realm_hf import RealmConfig, RealmTokenizer
-from realm_hf.models.modeling_pretraining import RealmForPreTraining, encode_blocks
+from realm_hf.models.modeling_pretraining import RealmForPreTraining
+from realm_hf.models.pretraining_inputs import encode_blocks
+from realm_hf.retrieval.refresh import is_stale
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback, document_embedder_of
 from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
@@ -96,7 +98,7 @@ def main(out_path, output_dir, mode):
     trainer.train()
 
     state = trainer.accelerator
-    final_index = retriever.get_block_embeddings(torch.as_tensor(retriever.block_ids).view(1, -1))[0]
+    final_index = retriever.store.embeddings(torch.as_tensor(retriever.store.block_ids).view(1, -1))[0]
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     gathered_index = state.gather(final_index.unsqueeze(0).contiguous())
     gathered_weights = state.gather(weights.unsqueeze(0).contiguous())
@@ -112,7 +114,7 @@ def main(out_path, output_dir, mode):
                     "losses": losses,
                     "refreshes": reindex.refresh_count,
                     "history": reindex.history,
-                    "stale_after_training": retriever.is_stale(document_embedder_of(model)),
+                    "stale_after_training": is_stale(retriever, document_embedder_of(model)),
                     "index": final_index.tolist(),
                 },
                 f,

@@ -40,8 +40,8 @@ def main(out_path):
             reindex.step(step, model)
     reindex.wait(step)
     assert reindex.refresh_count >= 1, "no refresh happened"
-    ids = torch.as_tensor(retriever.block_ids).view(1, -1)
-    embeddings = retriever.get_block_embeddings(ids)[0]
+    ids = torch.as_tensor(retriever.store.block_ids).view(1, -1)
+    embeddings = retriever.store.embeddings(ids)[0]
     gathered = accelerator.gather(embeddings.unsqueeze(0).contiguous())
     agree = bool(all(torch.equal(gathered[0], g) for g in gathered))
     if accelerator.is_main_process:

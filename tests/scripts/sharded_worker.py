@@ -90,10 +90,10 @@ def build_from_documents(record: dict) -> None:
     shard = sharded.shards[0]
     record["documents"] = {
         "num_blocks": len(sharded),
-        "block_ids": shard.block_ids.tolist(),
+        "block_ids": shard.store.block_ids.tolist(),
         "doc_ids": list(shard.corpus["doc_id"]),
         "texts": list(shard.corpus["text"]),
-        "embeddings": shard.get_block_embeddings(torch.as_tensor(shard.block_ids)).tolist(),
+        "embeddings": shard.store.embeddings(torch.as_tensor(shard.store.block_ids)).tolist(),
     }
 
 
@@ -101,8 +101,9 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     """A few Open-QA training steps retrieving through shards, the document embedder refreshing each shard locally."""
     from tiny_openqa import QUESTIONS, end_to_end_model  # this script's folder: run as a script only
 
-    import realm_hf.retrieval.retriever as retriever_module
+    import realm_hf.retrieval.refresh as refresh_module
     from realm_hf import ShardedRealmRetriever
+    from realm_hf.retrieval.refresh import is_stale
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import DataCollatorForOpenQA
 
@@ -114,7 +115,7 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     def no_gathering(*args, **kwargs):
         raise AssertionError("a sharded refresh must not gather embeddings")
 
-    retriever_module.gather_rows = no_gathering
+    refresh_module.gather_rows = no_gathering
     collator = DataCollatorForOpenQA(sharded.tokenizer)
     loader = DataLoader(QUESTIONS, batch_size=len(QUESTIONS) // accelerator.num_processes, collate_fn=collator)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
@@ -135,9 +136,9 @@ def train_with_refreshes(accelerator, record: dict, out_dir: str) -> None:
     record["refreshes"] = reindex.refresh_count
     record["failed_refreshes"] = reindex.failed_refreshes
     record["losses"] = losses
-    record["stale_after"] = sharded.is_stale(document_embedder)
+    record["stale_after"] = is_stale(sharded, document_embedder)
     record["refresh_local_embeddings"] = [
-        shard.get_block_embeddings(torch.as_tensor(shard.block_ids)).tolist() for shard in sharded.shards
+        shard.store.embeddings(torch.as_tensor(shard.store.block_ids)).tolist() for shard in sharded.shards
     ]
     queries = torch.from_numpy(np.random.default_rng(7 + accelerator.process_index).standard_normal((3, 16)))
     out = sharded.search(queries.float(), 12)
@@ -156,6 +157,7 @@ def train_with_trainer(record: dict, out_dir: str) -> None:
     from transformers import TrainingArguments
 
     from realm_hf import ShardedRealmRetriever
+    from realm_hf.retrieval.refresh import refresh_index_state
     from realm_hf.training.callbacks import RealmReindexCallback
     from realm_hf.training.openqa import RealmOpenQATrainer
 
@@ -189,12 +191,12 @@ def train_with_trainer(record: dict, out_dir: str) -> None:
 
     record["trainer_refreshes"] = run(2, False).refresh_count
     # Scramble the live shard, then resume: the checkpoint's shard is swapped back in.
-    ids = torch.as_tensor(sharded.shards[0].block_ids)
-    saved = sharded.shards[0].get_block_embeddings(ids)
-    sharded.swap_index_state(sharded.refresh_index_state(model.embedder))
-    record["scrambled"] = not torch.equal(sharded.shards[0].get_block_embeddings(ids), saved)
+    ids = torch.as_tensor(sharded.shards[0].store.block_ids)
+    saved = sharded.shards[0].store.embeddings(ids)
+    sharded.swap_index_state(refresh_index_state(sharded, model.embedder))
+    record["scrambled"] = not torch.equal(sharded.shards[0].store.embeddings(ids), saved)
     resumed = run(2, True)
-    record["restored"] = torch.equal(sharded.shards[0].get_block_embeddings(ids), saved)
+    record["restored"] = torch.equal(sharded.shards[0].store.embeddings(ids), saved)
     record["resumed_refresh_count"] = resumed.refresh_count
 
 
@@ -225,7 +227,7 @@ def main(out_dir: str, three_shard_save: str) -> None:
     except ValueError as err:
         record["three_shards_error"] = str(err)
     try:
-        sharded.get_block_texts(torch.tensor([0 if rank else NUM_BLOCKS - 1]))  # a block of the other process
+        sharded.texts(torch.tensor([0 if rank else NUM_BLOCKS - 1]))  # a block of the other process
         record["remote_lookup_error"] = None
     except ValueError as err:
         record["remote_lookup_error"] = str(err)

@@ -19,12 +19,13 @@ def end_to_end_model(dropout: bool = False):
     embedded by that embedder, a searcher beam of 6, seeded; dropout off unless `dropout`.
     """
     from realm_hf import RealmForOpenQA
+    from realm_hf.retrieval.refresh import embed_corpus
 
     torch.manual_seed(0)
     model = RealmForOpenQA.from_pretrained(LEGACY_OPENQA, allow_pickle=True)
     model.config.searcher_beam_size = 6
     model.add_document_embedder()
-    model.retriever.embed_corpus(model.document_embedder, show_progress=False)
+    embed_corpus(model.retriever, model.document_embedder, show_progress=False)
     if not dropout:
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):

@@ -105,7 +105,7 @@ def run(args) -> int:
             model.save_pretrained(tmp, save_retriever=False)
             if model.retriever is not None:
                 info(
-                    f"Writing the corpus ({len(model.retriever)} blocks) and its {model.retriever.index_type} index ..."
+                    f"Writing the corpus ({len(model.retriever)} blocks) and its {model.retriever.store.index_type} index ..."
                 )
                 model.retriever.save_pretrained(
                     os.path.join(tmp, RETRIEVER_SUBFOLDER), corpus_format=args.corpus_format

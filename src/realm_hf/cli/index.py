@@ -22,7 +22,7 @@ from .common import (
 from .readers import load_documents
 
 #: What `--index FACTORY+SUFFIX` may add beside the FAISS index: a sparse index saved with it, which `ask`,
-#: `evaluate`, the pipeline and `from_pretrained` then search together with the dense one (retrieval/sparse.py).
+#: `evaluate`, the pipeline and `from_pretrained` then search together with the dense one (retrieval/bm25.py).
 SPARSE_SUFFIXES = ("bm25",)
 
 
@@ -46,7 +46,7 @@ def split_index_spec(spec: str) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
-    from ..retrieval.index import IndexFactoryError
+    from ..retrieval.faiss_build import IndexFactoryError
     from ..retrieval.retriever import RealmRetriever
 
     if not args.output and not args.attach_to:
@@ -73,7 +73,7 @@ def run(args) -> int:
     factory, sparse = split_index_spec(args.index)
     if sparse == "bm25":
         try:  # checked before any document is read
-            from ..retrieval.sparse import require_bm25s  # local import: retrieval pulls in faiss and datasets
+            from ..retrieval.bm25 import require_bm25s  # local import: retrieval pulls in faiss and datasets
 
             require_bm25s()
         except ImportError:
@@ -143,10 +143,8 @@ def run(args) -> int:
         raise CLIError(f"--index {args.index!r}: {err}") from None
     info(f"Indexed {len(retriever)} blocks ({retriever.embedding_dim}-d, {factory}).")
     if sparse == "bm25":
-        from ..retrieval.sparse import HybridRealmRetriever
-
         # Saved beside the dense index, under the same manifest; loading the model or corpus brings it back.
-        retriever = HybridRealmRetriever(retriever)
+        retriever.use_bm25()
         info(f"Built the BM25 index of the {len(retriever)} blocks (hybrid retrieval: BM25 candidates, dense scores).")
     if args.output:
         with atomic_output_dir(args.output, overwrite=args.overwrite) as tmp:

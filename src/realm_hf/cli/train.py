@@ -103,7 +103,7 @@ def _attach_corpus(model, config: dict, embedder, tokenizer) -> None:
         documents = load_documents(
             paths, text_column=config.get("text_column", "text"), title_column=config.get("title_column", "title")
         )
-        from ..retrieval.index import IndexFactoryError  # deferred: retrieval pulls in faiss and datasets
+        from ..retrieval.faiss_build import IndexFactoryError  # deferred: retrieval pulls in faiss and datasets
 
         info(f"Building the corpus from {len(documents)} documents ...")
         try:

@@ -195,11 +195,9 @@ def usage_text(task: CardTask, model_id: str, question: str) -> str:
     )
 
 
-DEFAULT_TAGS = list(OPEN_QA.tags)
 CORPUS_TAGS = ["realm", "retrieval", "faiss", "knowledge-corpus"]
 # Keys of evaluation dicts (e.g. from `Trainer.evaluate` or `compute_qa_metrics`) that are not quality metrics.
 NON_METRIC_KEYS = {"total", "epoch", "loss", "runtime", "samples_per_second", "steps_per_second", "step"}
-QA_TASK = OPEN_QA.eval_task
 
 
 def normalize_eval_results(eval_results, eval_dataset, datasets, task: CardTask = OPEN_QA) -> list[dict]:
@@ -362,15 +360,13 @@ def corpus_info(retriever=None, manifest: Mapping | None = None) -> dict:
     `index_size_bytes`, `fingerprint` (of the embedder that built the index), `source` (those that are known).
 
     Args:
-        retriever ([`RealmRetriever`], *optional*): Read through its `manifest()` and attributes.
+        retriever ([`RealmRetriever`], *optional*): Read through its attributes and those of its `store`.
         manifest (`dict`, *optional*): A saved `retriever_manifest.json` (has file sizes and the corpus format, which
             an in-memory retriever does not know); its values win.
     """
     info: dict[str, Any] = {}
     if retriever is not None:
-        live = getattr(retriever, "manifest", None)
-        live = live() if callable(live) else live
-        info.update(live if isinstance(live, Mapping) else {})
+        info["metric"] = "inner_product"  # every REALM index: maximum inner product, what a save's manifest says
     info.update(manifest or {})
     if not info and retriever is None:
         return {}
@@ -384,13 +380,16 @@ def corpus_info(retriever=None, manifest: Mapping | None = None) -> dict:
         "fingerprint": ("embedder_fingerprint", "fingerprint"),
         "source": ("source", "corpus_source"),
     }
+    # A retriever's own facts, then its store's (`index_type`, `embedder_fingerprint`; a sharded one has no store).
+    sources = [source for source in (retriever, getattr(retriever, "store", None)) if source is not None]
     facts: dict[str, Any] = {}
     for key, names in aliases.items():
         for name in names:
             value = info.get(name)
-            if value is None and retriever is not None:
-                value = getattr(retriever, name, None)
-                value = None if callable(value) else value
+            for source in sources:
+                if value is None:
+                    value = getattr(source, name, None)
+                    value = None if callable(value) else value
             if value is not None and not isinstance(value, (dict, list)):
                 facts[key] = value
                 break
@@ -402,7 +401,6 @@ def corpus_info(retriever=None, manifest: Mapping | None = None) -> dict:
     return facts
 
 
-DESCRIPTION = OPEN_QA.description
 DESCRIPTION_ONE_REPO = (
     " The corpus and its index are part of this repository (`retriever/`), so the model answers questions right "
     "after loading."

@@ -33,14 +33,11 @@ from typing import Any
 from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError
 
-from ..constants import CORPUS_DIR, MANIFEST_NAME, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
+from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER, TOKENIZER_DIR
 from ..logging_utils import get_logger
 from .cards import write_corpus_card, write_model_card
 
 logger = get_logger(__name__)
-
-# The manifest's name, under the name this module always exported.
-RETRIEVER_MANIFEST_NAME = MANIFEST_NAME
 
 # Config fields that point a model at a retriever stored in another repo (or local directory).
 REFERENCE_FIELDS = ("retriever_repo_id", "retriever_revision", "retriever_repo_type", "retriever_subfolder")
@@ -276,8 +273,6 @@ def push_corpus_to_hub(
 
 __all__ = [
     "REFERENCE_FIELDS",
-    "RETRIEVER_MANIFEST_NAME",
-    "RETRIEVER_SUBFOLDER",
     "expected_data_files",
     "push_corpus_to_hub",
     "push_to_hub",

@@ -101,10 +101,9 @@ class RealmConfig(PreTrainedConfig):
             Answering only (as `skip_answers_in_question`): how the blocks read for a question are weighed against
             each other, the log p(z|x) added to each span's score. `"retrieval"` is REALM's, the retrieval scores
             (question · block inner products); `"rank"` is the block's place in the retriever's order, log p(z|x) =
-            -rank + const, for a retriever whose order the inner products do not follow, such as the hybrid
-            retriever's BM25 + dense reciprocal-rank fusion (`HybridRealmRetriever`, `mode="rrf"`), where the
-            inner products would undo the fusion when the reader picks a block. Training always uses the retrieval
-            scores.
+            -rank + const, for a retriever whose order the inner products do not follow, such as hybrid retrieval's
+            BM25 + dense reciprocal-rank fusion (`retriever.use_bm25(mode="rrf")`), where the inner products would
+            undo the fusion when the reader picks a block. Training always uses the retrieval scores.
         no_answer_threshold (`float`, *optional*):
             Answering only (as `skip_answers_in_question`): the span probability (an answer's `score`) under which
             [`RealmForOpenQA.answer`], the question-answering pipeline, `realm-hf ask` and `realm-hf serve` return "no

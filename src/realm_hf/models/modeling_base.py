@@ -85,12 +85,9 @@ class RealmPreTrainedModel(PreTrainedModel):
         `retriever/` belongs to the model: it is replaced as a whole. Saved without a retriever, a directory keeps the
         one it has.
         """
-        from ..retrieval.serialization import (  # local import: retrieval pulls in faiss and datasets
-            rebind_model_files,
-            record_model_files,
-            record_num_blocks,
-            stale_weight_files,
-        )
+        # Local imports: retrieval pulls in faiss and datasets.
+        from ..retrieval.manifest import rebind_model_files, record_model_files, stale_weight_files
+        from ..retrieval.serialization import record_num_blocks
 
         # Not transformers' arguments: a tokenizer saved in the same all-or-nothing swap as the weights, and the
         # retriever's corpus format (Parquet when pushing to the Hub).

@@ -149,9 +149,8 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
     of the document embedder it trains, if any) and, given the `model_dir` the weights were loaded from, that those
     weights are the ones saved with it.
     """
+    from ..retrieval.manifest import check_model_files  # local import: retrieval pulls in faiss and datasets
     from ..retrieval.retriever import RealmRetriever
-    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
-    from ..retrieval.sparse import attach_saved_sparse_index
 
     # One save: the model files checked are those of the manifest the retriever is then loaded with.
     with consistent_read(path):
@@ -160,15 +159,13 @@ def load_retriever_for_model(model, path: str, model_dir: str | None = None, ver
         # The fingerprint (stale-index warning) only means something against a document embedder the model trains
         # itself (not `index_embedder`, which on an Open-QA model without one is the question embedder): otherwise the
         # index came from a separate pre-trained embedder, and only the dimension is checked.
+        # A BM25 index saved beside the dense one (hybrid retrieval) comes back in the retriever's store.
         document_embedder = getattr(model, "document_embedder", None)
         if document_embedder is not None:
-            dense = RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
-        else:
-            dense = RealmRetriever.from_pretrained(
-                path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
-            )
-        # A BM25 index saved beside the dense one (hybrid retrieval) comes back with it.
-        return attach_saved_sparse_index(dense, path)
+            return RealmRetriever.from_pretrained(path, embedder=document_embedder, verify_checksums=verify_checksums)
+        return RealmRetriever.from_pretrained(
+            path, expected_dim=model.config.retriever_proj_size, verify_checksums=verify_checksums
+        )
 
 
 def check_retriever_dim(retriever, config: RealmConfig) -> None:
@@ -180,7 +177,7 @@ def check_retriever_dim(retriever, config: RealmConfig) -> None:
         f"This retriever holds {int(dim)}-d embeddings, but the model's embedder projects to "
         f"{config.retriever_proj_size} dimensions (config.retriever_proj_size): its inner products would be "
         "meaningless. Use the corpus built for this model, or re-embed it with this model's embedder "
-        "(`retriever.embed_corpus(model.index_embedder)`)."
+        "(`realm_hf.retrieval.embed_corpus(retriever, model.index_embedder)`)."
     )
 
 
@@ -389,7 +386,7 @@ def _check_weights_of_repo(retriever_dir: str, repo_id: str, revision: str | Non
     Refuse a repo whose weights are not the ones its `retriever/` folder was saved with. The weights transformers
     fetched for the same commit sit in the same cache snapshot, one level up.
     """
-    from ..retrieval.serialization import check_model_files  # local import: retrieval pulls in faiss and datasets
+    from ..retrieval.manifest import check_model_files  # local import: retrieval pulls in faiss and datasets
 
     try:
         check_model_files(retriever_dir, os.path.dirname(os.path.normpath(retriever_dir)), verify_checksums)

@@ -59,10 +59,6 @@ class RetrieverOwnerMixin:
             )
         return self.retriever
 
-    def _require_retriever(self):
-        # The private name earlier releases used; kept for their callers.
-        return self.require_retriever()
-
     @classmethod
     def from_pretrained(
         cls,

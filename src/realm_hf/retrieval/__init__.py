@@ -1,7 +1,7 @@
 """
-REALM's knowledge corpus by concept: blocks (chunking, encoding, corpus), the index, the store (one state of corpus
-and index), the retriever over it and its contract, building, saving and loading (serialization), legacy checkpoints
-and conversion, and sharding across processes.
+REALM's knowledge corpus by concept: blocks (chunking, encoding, corpus), the index (and its FAISS helpers), the store
+(one state of corpus and index), the retriever over it and its contract, hybrid BM25, building, refresh and staleness,
+saving and loading (serialization, manifest), legacy checkpoints and conversion, and sharding across processes.
 """
 
 import importlib
@@ -10,16 +10,17 @@ import importlib
 _EXPORTS = {
     "BlockStore": "store",
     "BuildOptions": "building",
-    "RealmIndexState": "retriever",
     "RealmRetriever": "retriever",
     "RealmSearchOutput": "contract",
     "Retriever": "contract",
-    "ShardedIndexState": "sharding",
+    "ShardedIndexState": "refresh",
     "ShardedRealmRetriever": "sharding",
     "block_spans": "chunking",
     "convert_legacy_checkpoint": "conversion",
     "embed_blocks": "encoding",
+    "embed_corpus": "refresh",
     "fingerprint_module": "encoding",
+    "is_stale": "refresh",
     "load_legacy_block_emb": "legacy",
     "pickle_allowed": "legacy",
     "split_documents": "chunking",

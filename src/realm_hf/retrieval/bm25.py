@@ -1,8 +1,8 @@
 """
 [`BM25BlockIndex`]: a sparse BM25 index (`bm25s`) over a corpus's blocks, held in a hybrid [`BlockStore`] beside the
 dense index, and the hybrid candidate ranking: BM25 candidates added to the dense ones and ranked by the dense scorer
-(or fused by reciprocal rank), so REALM's p(z|x) stays a softmax of dense scores. The retriever that searches with it
-is [`realm_hf.retrieval.sparse.HybridRealmRetriever`].
+(or fused by reciprocal rank), so REALM's p(z|x) stays a softmax of dense scores. A retriever searches with it once
+[`RealmRetriever.use_bm25`] put one in its store (or loaded one saved with it) and a search is given the question texts.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class BM25BlockIndex:
     def from_blocks(
         cls, blocks: list[dict], k1: float = 1.5, b: float = 0.75, stopwords: str | None = "en", **settings
     ) -> BM25BlockIndex:
-        """Index blocks (dicts with `block_id`, `text` and optionally `title`, as `RealmRetriever.get_blocks` gives)."""
+        """Index blocks (dicts with `block_id`, `text` and optionally `title`, as `BlockStore.blocks` gives them)."""
         bm25s = require_bm25s()
         if not blocks:
             raise ValueError("A BM25 index needs at least one block.")
@@ -113,18 +113,13 @@ class BM25BlockIndex:
         bm25.index(bm25s.tokenize(texts, stopwords=stopwords, show_progress=False), show_progress=False)
         return cls(bm25, [int(block["block_id"]) for block in blocks], stopwords, **settings)
 
-    @classmethod
-    def from_retriever(cls, retriever, **kwargs) -> BM25BlockIndex:
-        """Index every block of a [`RealmRetriever`]'s current store."""
-        return cls.from_corpus(retriever.store.corpus, **kwargs)
-
     def __len__(self) -> int:
         return len(self.block_ids)
 
-    def search(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """
-        `(block_ids, scores)`, each `(len(questions), k)`, best first; `-1` (score 0) where fewer than `k` blocks
-        share a term with the question.
+        `(block_ids, scores)` of the `k` best blocks of each question by BM25, each `(len(questions), k)`, best first;
+        `-1` (score 0) where fewer than `k` blocks share a term with the question.
         """
         bm25s = require_bm25s()
         k_found = min(k, len(self))
@@ -221,7 +216,7 @@ def hybrid_candidates(
                 f"Question text {position} is a {type(question).__name__}, not a string: BM25 searches the question "
                 "texts (`questions=`), one string per question embedding."
             )
-    sparse_ids, _ = sparse.search(questions, sparse.sparse_k or k)
+    sparse_ids, _ = sparse.nearest(questions, sparse.sparse_k or k)
     # Union per question, dense first; the width is the largest union, padded with -1.
     unions = [
         list(dict.fromkeys([i for i in row if i >= 0] + [i for i in srow if i >= 0]))

@@ -12,11 +12,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..logging_utils import warn
 from ..text.user_text import check_positive_int
 from .chunking import split_documents
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array, make_corpus, token_ids_array
-from .encoding import embed_blocks, fingerprint_module, tokenize_block_texts
-from .index import BlockIndex, new_index
+from .encoding import check_embedder_module, embed_blocks, fingerprint_module, tokenize_block_texts
+from .faiss_build import new_index
+from .index import BlockIndex
 from .store import BlockStore
 
 
@@ -77,6 +79,36 @@ def split_and_embed(
         embedder, tokenizer, columns["title"], columns["text"], max_length=max_block_length, **embed_kwargs
     )
     return columns, embeddings.numpy()
+
+
+def blocks_to_add(store: BlockStore, documents, embedder, tokenizer, max_block_length: int | None, **embed_kwargs):
+    """
+    The blocks of `documents` to add to `store` (see [`BlockStore.appended`]): split, refused before the costly
+    embedding when a `doc_id` is already in the store (checked again when appended), embedded, and with the reader's
+    token ids when the store keeps them. Returns `(columns, [num_blocks, dim] float32 embeddings)`. Warns (at the
+    caller of `add_documents`) when `embedder` is not the one that embedded the store.
+    """
+    check_embedder_module(embedder)  # before fingerprinting it (`None` failed there on `.state_dict`)
+    recorded = store.embedder_fingerprint
+    if recorded is not None and fingerprint_module(embedder) != recorded:
+        warn(
+            "Adding documents embedded by a different embedder than the one that built this corpus: their scores "
+            "are not comparable. Re-embed the whole corpus with `realm_hf.retrieval.embed_corpus(retriever, embedder)`.",
+            stacklevel=3,
+        )
+    columns, embeddings = split_and_embed(
+        documents,
+        embedder,
+        tokenizer,
+        max_block_length or 288,
+        store.corpus.next_doc_id(fallback=store.next_block_id),
+        "No blocks to add: the documents are empty.",
+        check=lambda columns: store.check_new_doc_ids(list(dict.fromkeys(columns["doc_id"]))),
+        **embed_kwargs,
+    )
+    if store.corpus.has_token_ids:
+        columns = with_token_ids(columns, tokenizer)
+    return columns, embeddings
 
 
 # Blocks tokenized per call when storing token ids: the tokenizer's per-text encodings and Python id lists of a whole

@@ -22,7 +22,7 @@ class Retriever(Protocol):
     """
     The knowledge corpus of a REALM model: [`RealmRetriever`] (one process) and [`ShardedRealmRetriever`] (a corpus
     split across processes) both satisfy it, and the models, the pipeline and the re-index callback use nothing else,
-    so they never ask which kind they hold.
+    so they never ask which kind they hold (refreshing one is `realm_hf.retrieval.refresh`'s, over this surface).
 
     A search returns everything the model reads about the retrieved blocks (ids, scores, blocks, stored embeddings,
     the reader's token ids) from one state of the corpus and index: nothing is looked up afterwards.
@@ -33,19 +33,16 @@ class Retriever(Protocol):
     max_block_length: int | None
     """Maximum wordpieces per block as the embedder saw it (`None`: the tokenizer's limit)."""
     collective: bool
-    """Whether `search` and `save_pretrained` are collective calls that every process makes (a sharded corpus)."""
+    """
+    Whether `search` and `save_pretrained` are collective calls that every process makes (a sharded corpus, whose
+    `shards` are the [`RealmRetriever`]s this process holds).
+    """
 
     @property
     def embedding_dim(self) -> int: ...
 
     @property
     def num_blocks(self) -> int: ...
-
-    @property
-    def index_type(self) -> str: ...
-
-    @property
-    def embedder_fingerprint(self) -> str | None: ...
 
     @property
     def is_main_process(self) -> bool:
@@ -65,35 +62,56 @@ class Retriever(Protocol):
         questions: Sequence[str] | None = None,
         **search_params,
     ) -> RealmSearchOutput:
-        """The top `k` blocks; `questions` (the texts) add BM25 candidates where the retriever holds a BM25 index."""
+        """
+        Top-`k` blocks by inner product for a batch of question embeddings, with everything asked for about them read
+        from one state of the corpus and index (a change meanwhile never mixes two states).
+
+        Args:
+            question_embeddings (`torch.Tensor` or `np.ndarray` of shape `(batch_size, embedding_dim)`):
+                Question embeddings (detached and moved to CPU float32; NaN/inf refused with a `ValueError`).
+            k (`int`, defaults to 5): Blocks per question.
+            return_blocks (`bool`, defaults to `True`): Also fetch the blocks' texts and metadata.
+            rerank_factor (`int`, defaults to 1): For compressed indexes (PQ/SQ), fetch `k * rerank_factor`
+                candidates and keep the best `k` by exact inner product with the stored embeddings (PQ recall
+                plateaus without this). Ignored by exact-code indexes (Flat, HNSW, IVF-Flat).
+            return_embeddings (`bool`, defaults to `False`): Also return the retrieved blocks' stored embeddings
+                (`block_embeddings`).
+            return_token_ids (`bool`, defaults to `False`): Also return the reader's wordpiece ids of the blocks'
+                texts (`block_token_ids`, `block_token_lengths`; see [`BlockStore.token_ids`]).
+            questions (`Sequence[str]`, *optional*): The question texts, one per embedding: a retriever with a BM25
+                index ([`RealmRetriever.use_bm25`]) adds their BM25 candidates; a dense one ignores them.
+            search_params: Search-time parameters for this call only, restored afterwards: `nprobe` (IVF),
+                `efSearch` (HNSW), `quantizer_efSearch` (IVF with an HNSW quantizer).
+
+        Returns:
+            [`RealmSearchOutput`] with `block_ids`, `scores` (`(batch_size, k)`), `blocks` and what else was asked
+            for.
+        """
         ...
 
-    def is_stale(self, embedder: torch.nn.Module) -> bool | None: ...
-
-    def check_embedder(self, embedder: torch.nn.Module) -> None: ...
-
-    def refresh_index_state(
-        self,
-        embedder: torch.nn.Module,
-        batch_size: int = 64,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
-        show_progress: bool = False,
-        train_size: int | None = None,
-        group=None,
-    ) -> Any:
-        """A re-embedded index state built off the live one (see [`RealmRetriever.refresh_index_state`])."""
+    def swap_index_state(self, state) -> None:
+        """Install a refreshed index state of the same blocks atomically (see `realm_hf.retrieval.refresh`)."""
         ...
 
-    def swap_index_state(self, state) -> None: ...
-
-    def export_index_state(self) -> Any: ...
-
-    def saved_index_state(self, path: str | os.PathLike) -> Any: ...
+    def export_index_state(self) -> Any:
+        """The current index state with a private copy of the index (to restore it later or elsewhere)."""
+        ...
 
     def save_pretrained(
         self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"
-    ) -> None: ...
+    ) -> None:
+        """
+        Save the corpus into `save_directory`, all or nothing (docs/saved-layout.md).
+
+        Args:
+            save_directory (`str` or `os.PathLike`): Target directory (created if needed).
+            corpus_format (`str`, defaults to `"arrow"`): `"arrow"` (`Dataset.save_to_disk`: memory-mapped on load,
+                the choice for large corpora) or `"parquet"` (`corpus/data-XXXXX-of-XXXXX.parquet` shards, compact and
+                readable by any Parquet tool, for sharing on the Hub; converted to a memory-mapped Arrow cache on
+                load).
+            max_shard_size (`str` or `int`, defaults to `"500MB"`): Maximum size of a corpus shard.
+        """
+        ...
 
 
 @dataclass
@@ -199,7 +217,7 @@ def check_query_shape(queries: np.ndarray, k: int, dim: int, num_blocks: int) ->
         raise ValueError(
             f"Question embeddings have dimension {queries.shape[1]}, but this corpus was built with an embedder "
             f"of projection size {dim} (retriever_proj_size={dim}). Use the "
-            "embedder that built the corpus, or re-embed it with `retriever.embed_corpus(embedder)`."
+            "embedder that built the corpus, or re-embed it with `realm_hf.retrieval.embed_corpus(retriever, embedder)`."
         )
     if k > num_blocks:
         raise ValueError(

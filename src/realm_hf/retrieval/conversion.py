@@ -34,8 +34,9 @@ from .legacy import (
     iter_record_chunks,
     records_count,
 )
+from .manifest import manifest_fields, write_manifest
 from .retriever import RealmRetriever
-from .serialization import manifest_fields, parse_size, try_load_tokenizer, write_manifest
+from .serialization import parse_size, try_load_tokenizer
 
 logger = logging.getLogger(__name__)
 

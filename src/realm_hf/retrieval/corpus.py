@@ -285,7 +285,7 @@ def _embedding_length(corpus: datasets.Dataset) -> int | None:
     if low.as_py() != high.as_py() or low.as_py() is None:
         raise ValueError(
             f"The corpus's embeddings have lengths from {low.as_py()} to {high.as_py()}: every block needs one "
-            "vector of the index's dimension. The corpus is damaged: re-embed it (`retriever.embed_corpus(embedder)`) "
+            "vector of the index's dimension. The corpus is damaged: re-embed it (`realm_hf.retrieval.embed_corpus(retriever, embedder)`) "
             "or rebuild it from the documents."
         )
     return int(low.as_py())

@@ -1,6 +1,7 @@
 """
-Legacy (transformers 4) REALM checkpoints: the pickle opt-in, `block_records.npy` (read whole, or streamed as Arrow
-string chunks without unpickling), the `block_emb` buffer.
+Legacy (transformers 4) REALM: the pickle opt-in, `block_records.npy` (read whole, or streamed as Arrow string chunks
+without unpickling), the `block_emb` buffer, the legacy constructor refused with what replaces it, and the legacy
+retriever call ([`legacy_retriever_call`]: a question paired with its retrieved blocks, answers located in them).
 
 Imports neither faiss nor datasets, so model code can read a legacy checkpoint's embeddings cheaply.
 
@@ -204,8 +205,7 @@ def check_constructor_arguments(corpus, index, unknown: dict | None = None) -> N
             "RealmRetriever(block_records, tokenizer) is the transformers 4 constructor; realm-hf's retriever holds a "
             "corpus (`datasets.Dataset`) and a FAISS index. Build one with `RealmRetriever.from_legacy(legacy_dir, "
             "tokenizer=tokenizer, allow_pickle=True)` for a legacy checkpoint's block_records.npy and block_emb, or "
-            "`RealmRetriever.from_documents(documents, embedder, tokenizer)` / `from_texts(texts, embedder, "
-            "tokenizer)` for new text (docs/migration.md)."
+            "`RealmRetriever.from_documents(documents, embedder, tokenizer)` for new text (docs/migration.md)."
         )
     if unknown:
         raise TypeError(f"RealmRetriever() got unexpected keyword argument(s): {', '.join(sorted(unknown))}.")
@@ -216,14 +216,33 @@ def check_constructor_arguments(corpus, index, unknown: dict | None = None) -> N
         )
 
 
-def legacy_reader_call(retriever, retrieved_block_ids, question_input_ids, answer_ids, max_length, return_tensors):
-    """The body of the legacy `RealmRetriever.__call__` (see there)."""
+def legacy_retriever_call(
+    retriever, retrieved_block_ids, question_input_ids, answer_ids, max_length=None, return_tensors="pt"
+):
+    """
+    What transformers 4's `retriever(retrieved_block_ids, question_input_ids, answer_ids)` did, for code ported from
+    it: pair one question with its retrieved blocks and locate the answers in them. New code uses
+    `retriever.search` and `realm_hf.build_reader_inputs`.
+
+    Args:
+        retriever ([`RealmRetriever`]): The retriever the blocks come from (its `store` and `tokenizer`).
+        retrieved_block_ids: Ids of the question's retrieved blocks (1-D).
+        question_input_ids: The tokenized question, shape `(1, seq_len)` (decoded, as the legacy code did).
+        answer_ids (`list[list[int]]`, *optional*): Gold answers as wordpiece ids.
+        max_length (`int`, *optional*): Truncation length of a (question, block) pair.
+        return_tensors (`str`, defaults to `"pt"`): Tensor type of the returned inputs.
+
+    Returns:
+        `(has_answers, start_pos, end_pos, concat_inputs)`: per block whether an answer occurs and the token positions
+        of every occurrence (padded with -1); the first three are `None` without `answer_ids`. `concat_inputs` carries
+        `special_tokens_mask`, as in transformers 4.
+    """
     tokenizer = retriever.tokenizer
     if tokenizer is None:
         raise ValueError("This retriever has no tokenizer: set `retriever.tokenizer`.")
     if isinstance(retrieved_block_ids, torch.Tensor):
         retrieved_block_ids = retrieved_block_ids.detach().cpu().numpy()
-    texts = retriever.get_block_texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
+    texts = retriever.store.texts(np.asarray(retrieved_block_ids, dtype=np.int64).reshape(-1))
     question = tokenizer.decode(question_input_ids[0], skip_special_tokens=True)
     # `special_tokens_mask` as transformers 4 returned it: the legacy RealmForOpenQA built its block mask from it.
     concat_inputs = tokenizer_call(

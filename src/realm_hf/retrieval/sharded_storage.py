@@ -28,8 +28,8 @@ from .collectives import ShardedCollectiveError, ShardGroup, describe, row_bound
 from .corpus import BlockCorpus
 from .encoding import embed_blocks, fingerprint_module
 from .index import BlockIndex
+from .manifest import check_recorded_files
 from .retriever import RealmRetriever
-from .serialization import check_recorded_files
 from .store import BlockStore
 
 SHARDED_FORMAT = "realm-hf-sharded-retriever"
@@ -120,8 +120,8 @@ def merge_shards(shards: list[RealmRetriever], index: str | None, train_size: in
     """One retriever over every shard, indexed from the stored embeddings with `index` (default: the shards' type)."""
     corpus = BlockCorpus(datasets.concatenate_datasets([shard.corpus for shard in shards]))
     first = shards[0]
-    block_index = BlockIndex.from_corpus(index or first.index_type, corpus, train_size)
-    store = BlockStore(corpus, block_index, embedder_fingerprint=first.embedder_fingerprint)
+    block_index = BlockIndex.from_corpus(index or first.store.index_type, corpus, train_size)
+    store = BlockStore(corpus, block_index, embedder_fingerprint=first.store.embedder_fingerprint)
     return RealmRetriever.from_store(store, first.tokenizer, first.max_block_length)
 
 

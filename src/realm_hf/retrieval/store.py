@@ -1,7 +1,7 @@
 """
 [`BlockStore`]: one immutable state of a retriever's knowledge (its block corpus, the index over it, the next block id,
-the fingerprint of the embedder that filled it and, for hybrid retrieval, a BM25 index over the same blocks); searches
-read one, changes make a new one.
+the fingerprint of the embedder that filled it and, for hybrid retrieval, a BM25 index over the same blocks); its top
+blocks for a batch of questions and its lookups by block id read one, changes make a new one.
 """
 
 from __future__ import annotations
@@ -40,16 +40,18 @@ class BlockStore:
     [`~BlockStore.with_embeddings`] return new stores, so a search that holds one sees ids, scores, blocks, embeddings
     and token ids of one state. One exception, for memory: `appended` and `without` reuse the index memory of a store
     that owns its index in RAM, so the store they are called on must not be searched afterwards (the retriever calls
-    them on its live store under its lock, which its searches also hold). [`RealmRetriever`] holds the current store and swaps in the next under its lock.
+    them on its live store under its lock, which its searches also hold). [`RealmRetriever`] holds the current store
+    and swaps in the next under its lock.
 
     Args:
         corpus ([`BlockCorpus`]): The blocks and their stored embeddings.
         index ([`BlockIndex`]): One vector per block, labelled with its block id.
         next_block_id (`int`, defaults to 0): Raised to one past the largest block id.
         embedder_fingerprint (`str`, *optional*): [`fingerprint_module`] of the embedder that produced the embeddings.
-        sparse ([`BM25BlockIndex`], *optional*): A BM25 index over the same blocks (hybrid retrieval): a search given
-            the question texts adds its candidates; `appended` and `without` rebuild it with the corpus, so the dense
-            and sparse indexes always cover the same blocks.
+        sparse ([`BM25BlockIndex`], *optional*): A BM25 index over the same blocks (hybrid retrieval, see
+            [`~BlockStore.with_bm25`]): [`~BlockStore.top_blocks`] given the question texts adds its candidates;
+            `appended` and `without` rebuild it with the corpus, so the dense and sparse indexes always cover the same
+            blocks.
     """
 
     corpus: BlockCorpus
@@ -89,14 +91,14 @@ class BlockStore:
 
     @property
     def block_ids(self) -> np.ndarray:
-        """Block ids in corpus row order."""
-        return self.corpus.row_ids
+        """All block ids, in corpus row order (a copy: the store is never changed)."""
+        return self.corpus.row_ids.copy()
 
     # -----------------------------------------------------------------------------------------------------------------
-    # Search and lookups
+    # Top blocks and lookups
     # -----------------------------------------------------------------------------------------------------------------
 
-    def search(
+    def top_blocks(
         self,
         queries: np.ndarray,
         k: int,
@@ -132,7 +134,7 @@ class BlockStore:
         """`(ids, scores)` of the dense index's top `k`, exact scores, `-1` / `-inf` where it found fewer."""
         exact = self.index.is_exact
         fetch = k if exact else min(len(self), k * max(1, int(rerank_factor)))
-        scores, ids = self.index.search(queries, fetch, params or {})
+        ids, scores = self.index.nearest(queries, fetch, params or {})
         ids = ids.astype(np.int64, copy=False)
         if not exact:
             # Compressed codes give approximate scores: re-score with the stored float32 vectors.
@@ -195,7 +197,7 @@ class BlockStore:
             # written, but possible in an index saved by an older version or corrupted) drop results.
             cause = (
                 "This index scores every stored vector, so its stored vectors must be NaN/inf or corrupt: rebuild it "
-                "(`retriever.embed_corpus(embedder)`) with an embedder whose outputs are finite."
+                "(`realm_hf.retrieval.embed_corpus(retriever, embedder)`) with an embedder whose outputs are finite."
             )
         logger.warning(
             "The %s index returned fewer than k=%d blocks for %d question(s); missing results have block id -1. %s",
@@ -205,11 +207,44 @@ class BlockStore:
             cause,
         )
 
-    def token_ids(self, block_ids, tokenizer) -> tuple[torch.Tensor, torch.LongTensor]:
+    def blocks(self, block_ids) -> list:
+        """
+        The blocks of `block_ids` as dicts (`block_id`, `title`, `text` and the metadata columns).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)` or `(k,)`): Block ids (`-1`: an empty block).
+
+        Returns:
+            `list[list[dict]]` for 2-D ids, `list[dict]` for 1-D ids.
+        """
+        return self.corpus.blocks(block_ids)
+
+    def texts(self, block_ids) -> list:
+        """Texts of `block_ids`: `list[list[str]]` for `(batch_size, k)` ids, `list[str]` for 1-D ids."""
+        return self.corpus.texts(block_ids)
+
+    def embeddings(self, block_ids) -> torch.FloatTensor:
+        """
+        The stored embeddings of `block_ids` (exactly the vectors the index was built from).
+
+        Args:
+            block_ids (`torch.LongTensor` of shape `(batch_size, k)`, or any shape): Block ids; `-1` gives zeros.
+
+        Returns:
+            `torch.FloatTensor` of shape `block_ids.shape + (dim,)`, on CPU.
+        """
+        return torch.from_numpy(self.corpus.embeddings(block_ids, self.dim))
+
+    def token_ids(self, block_ids, tokenizer=None) -> tuple[torch.Tensor, torch.LongTensor]:
         """
         The wordpiece ids of the blocks' texts as the reader reads them ([`tokenize_block_texts`]: no title, no special
         tokens, untruncated), from the corpus's `text_token_ids` column, tokenized with `tokenizer` for blocks (or whole
         corpora, e.g. saved by older versions) stored without them.
+
+        Args:
+            block_ids (`torch.LongTensor` of any shape): Block ids; `-1` gives an empty row.
+            tokenizer (*optional*): The blocks' tokenizer (the retriever's), needed only for blocks stored without
+                token ids.
 
         Returns:
             `(ids, lengths)`: `ids` an int32 tensor of shape `block_ids.shape + (longest,)` padded with -1, and the
@@ -289,7 +324,7 @@ class BlockStore:
             raise ValueError("Removing these documents would leave the corpus empty; build a new retriever instead.")
         corpus = BlockCorpus(self.corpus.dataset.select(np.flatnonzero(~remove)))
         sparse = self.sparse.rebuilt(corpus) if self.sparse is not None else None
-        index = self.index.removed(self.block_ids[remove], corpus)
+        index = self.index.removed(self.corpus.row_ids[remove], corpus)
         return dataclasses.replace(self, corpus=corpus, index=index, sparse=sparse)
 
     def with_embeddings(
@@ -311,7 +346,7 @@ class BlockStore:
                 embeddings.shape[1],
                 self.dim,
             )
-        index = BlockIndex.from_matrix(self.index_type, embeddings, self.block_ids, train_size)
+        index = BlockIndex.from_matrix(self.index_type, embeddings, self.corpus.row_ids, train_size)
         corpus = BlockCorpus(self.corpus.with_embeddings(embeddings))
         return dataclasses.replace(self, corpus=corpus, index=index, embedder_fingerprint=embedder_fingerprint)
 
@@ -325,13 +360,25 @@ class BlockStore:
         """This store with a CPU copy of its index that shares no memory with it (to install in another retriever)."""
         return dataclasses.replace(self, index=self.index.copy())
 
+    def with_bm25(self, mode: str | None = None, sparse_k: int | None = None) -> BlockStore:
+        """
+        This store with a BM25 index over its blocks (hybrid retrieval): the one it holds, searched with `mode` and
+        `sparse_k` where given, else one built from its titles and texts (`"candidates"` mode unless given). Needs
+        `bm25s` (`pip install 'realm-hf[hybrid]'`).
+        """
+        if self.sparse is not None:
+            sparse = self.sparse.with_settings(mode, sparse_k)
+        else:
+            sparse = BM25BlockIndex.from_corpus(self.corpus, mode=mode or "candidates", sparse_k=sparse_k)
+        return dataclasses.replace(self, sparse=sparse)
+
     def installed_over(self, live: BlockStore) -> BlockStore:
         """
         This store (a refresh of `live`'s blocks) as the next live one: refused if `live`'s blocks changed since it was
         built; placed like `live`'s index (GPU), never reusing a block id `live` gave out, and keeping `live`'s BM25
         index (the same blocks, so the same texts).
         """
-        if not np.array_equal(self.block_ids, live.block_ids):
+        if not np.array_equal(self.corpus.row_ids, live.corpus.row_ids):
             raise ValueError(
                 "The corpus changed (blocks added or removed) since this index state was built: rebuild it."
             )

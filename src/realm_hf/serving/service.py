@@ -142,7 +142,7 @@ class RealmQAService:
         model = self.model
         embedder = model.index_embedder
         block_ids = model.retriever.add_documents([document], embedder, device=model.device, show_progress=False)
-        added_doc_id = model.retriever.get_blocks(block_ids[:1])[0].get("doc_id")
+        added_doc_id = model.retriever.store.blocks(block_ids[:1])[0].get("doc_id")
         logger.info("Added document %r: blocks %s.", added_doc_id, block_ids)
         return {"doc_id": _plain(added_doc_id), "block_ids": [int(b) for b in block_ids]}
 

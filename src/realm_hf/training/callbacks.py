@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 from ..constants import MANIFEST_NAME, RETRIEVER_SUBFOLDER
 from ..io.atomic import atomic_write
 from ..logging_utils import get_logger
+from ..retrieval.refresh import is_stale, refresh_index_state, saved_index_state
 from ..text.tokenizer_calls import tokenizer_call
 
 logger = get_logger(__name__)
@@ -250,8 +251,9 @@ class RealmReindexCallback(TrainerCallback):
             self._future = future
 
     def _build(self, snapshot, rank: int, world_size: int):
-        """Worker: the retriever's refreshed index state (each process embeds its share; see the retriever)."""
-        return self.retriever.refresh_index_state(
+        """Worker: the retriever's refreshed index state (each process embeds its share: `refresh_index_state`)."""
+        return refresh_index_state(
+            self.retriever,
             snapshot,
             batch_size=self.batch_size,
             dtype=self.dtype,
@@ -269,7 +271,7 @@ class RealmReindexCallback(TrainerCallback):
                     f"embedder searches, has {live_dim}: the document embedder projects to another size than the "
                     "question embedder (`config.retriever_proj_size`). Give both embedders the same projection size; "
                     "to change the dimension on purpose, re-embed the corpus once with "
-                    "`retriever.embed_corpus(embedder)` and train with a matching question embedder."
+                    "`realm_hf.retrieval.embed_corpus(retriever, embedder)` and train with a matching question embedder."
                 )
 
     def _all_ranks_done(self) -> bool:
@@ -346,7 +348,7 @@ class RealmReindexCallback(TrainerCallback):
             questions = embedder(**inputs, return_dict=True).projected_score.float().cpu().numpy()
         stale = self.retriever.search(questions, k, return_blocks=False).block_ids.numpy()
         # Labels of a refreshed index are the corpus's block ids, as the live index's search returns them.
-        fresh = state.search(np.ascontiguousarray(questions), k, return_blocks=False).block_ids.numpy()
+        fresh = state.top_blocks(np.ascontiguousarray(questions), k, return_blocks=False).block_ids.numpy()
         found = [len(set(s[s >= 0]) & set(f[f >= 0])) / max(1, int((f >= 0).sum())) for s, f in zip(stale, fresh)]
         return {f"reindex/stale_recall@{k}": round(float(np.mean(found)), 4)}
 
@@ -421,7 +423,7 @@ class RealmReindexCallback(TrainerCallback):
         """
         if self._future is not None:
             self.wait(global_step)
-        if self.retriever.is_stale(document_embedder_of(model)) is False:
+        if is_stale(self.retriever, document_embedder_of(model)) is False:
             return {}
         return self.refresh_now(model, global_step)
 
@@ -445,7 +447,7 @@ class RealmReindexCallback(TrainerCallback):
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         """Restore the index saved in a checkpoint directory into the live retriever."""
         folder = os.path.join(checkpoint_dir, RETRIEVER_SUBFOLDER)
-        self.retriever.swap_index_state(self.retriever.saved_index_state(folder))
+        self.retriever.swap_index_state(saved_index_state(self.retriever, folder))
         state_file = os.path.join(checkpoint_dir, REINDEX_STATE_NAME)
         if os.path.exists(state_file):
             with open(state_file) as f:
