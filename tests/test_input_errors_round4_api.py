@@ -140,10 +140,10 @@ def test_a_model_given_as_the_embedder_is_named(tiny):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [None, "who wrote unix?"])
+@pytest.mark.parametrize("bad", [None, b"who wrote unix?"])
 def test_search_names_question_embeddings_that_are_no_numbers(tiny, bad):
-    # Before: None became a NaN vector, refused as "the question embedder's weights have diverged"; a string failed
-    # with numpy's "could not convert string to float".
+    # Before: None became a NaN vector, refused as "the question embedder's weights have diverged"; bytes failed
+    # with numpy's "could not convert string to float" (a string is a question text, embedded: tests/test_search_api.py).
     with pytest.raises(TypeError, match="the query embedder's `projected_score`"):
         tiny[0].retriever.search(bad, k=2)
 

@@ -28,6 +28,11 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     exec(compile(code, "README.md quickstart", "exec"), namespace)
     # It saved a complete model directory and the pipeline answered from it with provenance.
     assert (tmp_path / "my-realm" / "retriever").is_dir()
+    # Its search lines: a text retrieves as the model does, a filter keeps to the one block of its topic.
+    retriever = namespace["retriever"]
+    assert (
+        retriever.search("who developed unix?", k=1, filter={"topic": "languages"}).blocks[0][0]["title"] == "Compiler"
+    )
     qa = namespace["qa"]
     answers = qa("who developed unix?", top_k=3)
     assert 1 <= len(answers) <= 3
@@ -49,7 +54,7 @@ def test_the_quickstart_starts_with_the_model_make_quickstart_trains():
         assert 'os.path.join("demo_output", "realm-quickstart")' in f.read()
 
 
-@pytest.mark.parametrize("doc", ["docs/training.md", "docs/pipeline.md", "docs/cli.md"])
+@pytest.mark.parametrize("doc", ["docs/training.md", "docs/pipeline.md", "docs/cli.md", "docs/retrieval.md"])
 def test_docs_python_blocks_compile(doc):
     with open(os.path.join(HERE, "..", doc)) as f:
         for i, block in enumerate(python_blocks(f.read())):
