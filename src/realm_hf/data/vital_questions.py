@@ -51,6 +51,11 @@ IN_TEXT_KINDS = ANSWER_KINDS[1:]
 MAX_SHARED_RUN = 5
 MAX_ANSWER_WORDS = 5
 MIN_QUESTION_WORDS, MAX_QUESTION_WORDS = 3, 30
+#: Forms every written set must use (people ask in all of them), and the largest share one form may take.
+REQUIRED_FORMS = ("who", "what", "when", "where", "which", "how many", "how long", "phrase")
+MAX_FORM_SHARE = 0.4
+#: A topic of the corpus must get at least this fraction of its share of the articles.
+MIN_TOPIC_SHARE_RATIO = 1 / 3
 # Words that give away a question written while looking at a page rather than asked by a person.
 _PAGE_WORDS = re.compile(
     r"\b(article|passage|summary|paragraph|text above|mentioned above|according to the (text|article|summary))\b"
@@ -167,7 +172,8 @@ def question_form(question: str) -> str:
     if word.startswith("how ") and word not in QUESTION_FORMS:
         word = "how"
     before = text[: match.start()].split()
-    if word in ("what", "which") and before and before[-1] in ("in", "on", "at", "from", "to", "by", "of", "for"):
+    # "In which year ...", "on what day ...": a preposition opening the question.
+    if word in ("what", "which") and len(before) == 1 and before[0] in ("in", "on", "at", "from", "to", "by", "for"):
         return f"in {word}"
     return word
 
@@ -210,7 +216,11 @@ def answer_kind_problem(kind: str, answers: Sequence[str], title: str) -> str | 
 
 
 def question_problems(
-    record: Mapping, article_text: str, full_text: str | None = None, kind: bool = True
+    record: Mapping,
+    article_text: str,
+    full_text: str | None = None,
+    kind: bool = True,
+    max_shared_run: int | None = MAX_SHARED_RUN,
 ) -> list[str]:
     """
     Every rule one question breaks, as messages (empty when it keeps them all):
@@ -219,8 +229,8 @@ def question_problems(
     - every answer occurs (SQuAD-normalised, whole words) in `article_text`, the article as the corpus holds it;
     - the question contains none of its answers, and a `"title"` question not the title either;
     - `kind` fits the answers ([`answer_kind_problem`]);
-    - the question shares no run of 6 or more consecutive words with the article (`full_text`, default
-      `article_text`): written, not copied;
+    - the question shares no run of more than `max_shared_run` (5) consecutive words with the article (`full_text`,
+      default `article_text`): written, not copied (`None`: not checked, for the `test` set written before the rule);
     - it reads as a person's question, not a note about a page ("according to the article", a `___` blank).
     """
     problem = record_problem(record, need_kind=kind)
@@ -245,8 +255,8 @@ def question_problems(
         if kind_problem:
             problems.append(kind_problem)
     run = longest_shared_run(question, article_text if full_text is None else full_text)
-    if run > MAX_SHARED_RUN:
-        problems.append(f"the question copies {run} consecutive words of the article (at most {MAX_SHARED_RUN})")
+    if max_shared_run is not None and run > max_shared_run:
+        problems.append(f"the question copies {run} consecutive words of the article (at most {max_shared_run})")
     if _PAGE_WORDS.search(question):
         problems.append("the question speaks of a page ('article', 'passage', a blank), not of the world")
     return problems
@@ -260,6 +270,8 @@ def check_question_set(
     min_questions: int = 0,
     min_in_text_share: float = 0.6,
     kind: bool = True,
+    spread: bool = True,
+    max_shared_run: int | None = MAX_SHARED_RUN,
 ) -> tuple[list[str], dict]:
     """
     Check a question set: every question's rules ([`question_problems`]) and the set's own.
@@ -273,6 +285,10 @@ def check_question_set(
         min_questions (`int`, *optional*, defaults to 0): The smallest size the set may have.
         min_in_text_share (`float`, *optional*, defaults to 0.6): The least share of in-text answers (with `kind`).
         kind (`bool`, *optional*, defaults to `True`): Whether the records carry `kind` (the test split's do not).
+        spread (`bool`, *optional*, defaults to `True`): Whether the set must be spread over forms and topics: every
+            form of `REQUIRED_FORMS` used, none above `MAX_FORM_SHARE`, and every topic of the allowed articles given
+            at least `MIN_TOPIC_SHARE_RATIO` of its share of them.
+        max_shared_run (`int`, *optional*, defaults to 5): See [`question_problems`].
 
     Returns:
         `(problems, report)`: messages naming the line (1-based) and the rule, and counts by topic, kind and form.
@@ -290,7 +306,9 @@ def check_question_set(
             continue
         if title not in allowed:
             problems.append(f"line {line}: {title!r} is not an article of this split")
-        for problem in question_problems(record, article["text"], article.get("full_text"), kind=kind):
+        for problem in question_problems(
+            record, article["text"], article.get("full_text"), kind=kind, max_shared_run=max_shared_run
+        ):
             problems.append(f"line {line}: {problem}")
         key = normalize_answer(str(record.get("question", "")))
         if key in seen:
@@ -307,6 +325,8 @@ def check_question_set(
         problems.append(
             f"{in_text / len(questions):.0%} of the answers are in-text, fewer than {min_in_text_share:.0%}"
         )
+    if spread and questions:
+        problems += _spread_problems(forms, topics, len(questions), [articles[t] for t in allowed if t in articles])
     report = {
         "questions": len(questions),
         "articles": len(per_article),
@@ -316,3 +336,18 @@ def check_question_set(
         "topics": dict(topics.most_common()),
     }
     return problems, report
+
+
+def _spread_problems(forms: collections.Counter, topics: collections.Counter, total: int, allowed: list) -> list[str]:
+    problems = [f"no question of the form {form!r}" for form in REQUIRED_FORMS if not forms[form]]
+    problems += [
+        f"{count / total:.0%} of the questions are of the form {form!r} (at most {MAX_FORM_SHARE:.0%})"
+        for form, count in forms.items()
+        if count / total > MAX_FORM_SHARE
+    ]
+    corpus = collections.Counter(article.get("topic") or "Uncategorized" for article in allowed)
+    for topic, count in corpus.items():
+        share, wanted = topics[topic] / total, MIN_TOPIC_SHARE_RATIO * count / len(allowed)
+        if share < wanted:
+            problems.append(f"topic {topic!r} has {share:.1%} of the questions, fewer than {wanted:.1%}")
+    return problems
