@@ -290,7 +290,7 @@ def training_rows(args, device: torch.device) -> list[list[str]]:
 
 
 def faiss_rows(args) -> list[list[str]]:
-    from realm_hf.retrieval import index as faiss_utils
+    from realm_hf.retrieval import faiss_ops as faiss_utils
 
     setting = f"Flat, {args.faiss_vectors:,} x 128, {args.faiss_queries:,} queries, k=5"
     if not faiss_utils.faiss_gpu_available():
@@ -313,7 +313,7 @@ def faiss_rows(args) -> list[list[str]]:
     queries = rng.standard_normal((args.faiss_queries, 128), dtype=np.float32)
     cpu_index = faiss.IndexFlatIP(128)
     cpu_index.add(vectors)
-    gpu_index = faiss_utils.index_to_gpu(cpu_index)
+    gpu_index, _gpu_resources = faiss_utils.index_to_gpu(cpu_index)  # the resources live as long as the index
     cpu_device = torch.device("cpu")
     cpu_s = best_seconds(lambda: cpu_index.search(queries, 5), cpu_device, 2)
     gpu_s = best_seconds(lambda: gpu_index.search(queries, 5), cpu_device, 3)

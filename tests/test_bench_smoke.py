@@ -146,7 +146,7 @@ def test_gpu_bench_code_path_runs_on_the_cpu(tmp_path, capsys):
     assert "answering" in kinds and kinds.count("training step") == 2
     assert any(row[0].startswith("faiss") for row in rows)
     # faiss-cpu (this machine): the faiss-gpu row says it was not measured and why.
-    from realm_hf.retrieval import index as faiss_utils
+    from realm_hf.retrieval import faiss_ops as faiss_utils
 
     if not faiss_utils.faiss_gpu_available():
         assert any("not measured: the installed faiss has no GPU support" in row[3] for row in rows)
