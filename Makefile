@@ -8,7 +8,7 @@ LEGACY_VENV ?= /tmp/realm-legacy-venv
 TORCH ?= torch==2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo-data test test-all quickstart demo demo-foldoc lint format legacy-venv fixtures bench clean
+.PHONY: help install demo-data test test-all quickstart demo demo-foldoc lint format legacy-venv fixtures bench bench-deps plots clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -61,7 +61,17 @@ legacy-venv: $(LEGACY_VENV)/bin/python ## The legacy reference: transformers 4.5
 fixtures: legacy-venv ## Regenerate tests/fixtures/legacy with the legacy reference
 	$(LEGACY_VENV)/bin/python scripts/make_legacy_fixtures.py
 
-bench: install legacy-venv demo-data ## Run the benchmark scripts (tens of minutes on 2 cores; see bench/README.md)
+# The benchmarks' own extra (matplotlib, for bench/plot_results.py), never a runtime dependency of realm-hf.
+$(VENV)/.bench: $(VENV)/.installed
+	$(PIP) install -q -e ".[bench]"
+	touch $@
+
+bench-deps: $(VENV)/.bench ## Install the benchmarks' extra (matplotlib)
+
+plots: bench-deps ## Draw the main job's stage table and learning curve (docs/images/) from demo_output/realm-wikipedia
+	$(PY) bench/plot_results.py demo_output/realm-wikipedia
+
+bench: install bench-deps legacy-venv demo-data ## Run the benchmark scripts (tens of minutes on 2 cores; see bench/README.md)
 	$(PY) bench/search.py --blocks 1000000 --queries 1000
 	$(PY) bench/embed.py
 	REALM_LEGACY_PYTHON=$(LEGACY_VENV)/bin/python $(PY) bench/qa.py

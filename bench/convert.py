@@ -106,7 +106,7 @@ def _array_pickle_parts(count: int) -> tuple[bytes, bytes, int]:
 def write_block_records(path: str, blocks, count: int) -> None:
     """
     Write `count` block texts (`bytes`, from the iterable `blocks`) as `np.save(path, object_array)` with numpy 2's
-    pickle (protocol 4) would, one item at a time (`tests/test_convert_streaming.py` checks the bytes against
+    pickle (protocol 4) would, one item at a time (`tests/retrieval/test_conversion.py` checks the bytes against
     `np.save`).
     """
     prefix, suffix, memo = _array_pickle_parts(count)

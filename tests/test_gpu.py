@@ -12,10 +12,10 @@ from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmTokenizer
 from realm_hf.retrieval import faiss_ops
 from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.retrieval.retriever import RealmRetriever
+from tests.support.paths import LEGACY
 
 pytestmark = pytest.mark.gpu
 
-LEGACY = os.path.join(os.path.dirname(__file__), "fixtures", "legacy")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_faiss_gpu = pytest.mark.skipif(
     not faiss_ops.faiss_gpu_available(), reason="needs faiss with GPU support (pip install realm-hf[gpu])"

@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+from tests.support.paths import REPO
+
+SRC = os.path.join(REPO, "src")
 
 _PROBE = """
 import json, sys

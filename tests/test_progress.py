@@ -1,8 +1,8 @@
-"""realm-hf's progress bars obey every switch of the Hugging Face libraries (issue 14, item 2).
+"""realm-hf's progress bars obey every switch of the Hugging Face libraries.
 
 Each case runs realm-hf's real bars, "Embedding blocks" (`embed_blocks`, which corpus building and re-indexing use)
-and "Evaluating" (`evaluate_openqa`), on the tiny model of test_pipeline.py and reads what reached stderr: with no
-switch flipped both bars draw (so the test can fail), with any one flipped neither does.
+and "Evaluating" (`evaluate_openqa`), on the tiny model of support/tiny_model.py and reads what reached stderr: with
+no switch flipped both bars draw (so the test can fail), with any one flipped neither does.
 """
 
 import os
@@ -12,13 +12,13 @@ import sys
 import datasets
 import huggingface_hub.utils
 import pytest
-from test_pipeline import DOCS, build_tiny_model
 from transformers.utils import logging as transformers_logging
 
 import realm_hf.progress
 from realm_hf.progress import PROGRESS_BAR_GROUP, progress_bars_enabled
 from realm_hf.retrieval.encoding import embed_blocks
 from realm_hf.training import evaluate_openqa
+from tests.support.tiny_model import DOCS, build_tiny_model
 
 SWITCHES = {
     "none": lambda: None,
@@ -43,7 +43,7 @@ def _all_switches_on():
 
 @pytest.fixture
 def restore_switches():
-    # Every case starts from all switches on: a library used by an earlier test of the session (not realm-hf, which
+    # Every case starts from all switches on: a library used by an earlier test of the same run (not realm-hf, which
     # restores what it turns off) may have left one off.
     _all_switches_on()
     yield
@@ -102,3 +102,22 @@ def test_environment_variables_silence_realm_hf_bars(variable):
     result = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize(("value", "drawn"), [("1", False), ("true", False), ("0", True), (None, True)])
+def test_tqdm_disable_silences_realm_hf_bars(monkeypatch, value, drawn):
+    import io
+
+    import huggingface_hub.utils
+
+    from realm_hf.progress import progress_bar
+
+    huggingface_hub.utils.enable_progress_bars()  # an earlier test may have left a switch off
+    if value is None:
+        monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("TQDM_DISABLE", value)
+    stream = io.StringIO()
+    for _ in progress_bar(range(3), desc="Embedding blocks", file=stream):
+        pass
+    assert ("Embedding blocks" in stream.getvalue()) is drawn

@@ -2,7 +2,7 @@
 Makes docs/images/serve.png, the README's picture of `realm-hf serve`: the tests' tiny model (hidden 32, 2 layers,
 random weights, so its answers are not meant to be right) and its six-document corpus, served by
 `realm_hf.serving.build_app` and photographed in headless chromium (Debian's chromium and chromium-driver, driven by
-selenium), as tests/test_serve.py does.
+selenium), as tests/serving/test_app.py does.
 
     PYTHONPATH=src python docs/images/serve_screenshot.py [OUTPUT.png]
 """

@@ -2,7 +2,7 @@
 
 import os
 
-from source_imports import ROOT
+from tests.architecture.source_imports import ROOT
 
 PACKAGE = os.path.join(ROOT, "src", "realm_hf")
 

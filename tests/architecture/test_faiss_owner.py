@@ -10,8 +10,9 @@ The legacy conversion (`retrieval/conversion.py`, `realm-hf convert`) writes its
 
 import ast
 import os
+import sys
 
-import source_imports
+from tests.architecture import source_imports
 
 SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
@@ -64,5 +65,5 @@ def test_the_check_sees_faiss(tmp_path, monkeypatch):
     (tmp_path / "b.py").write_text("def f(index):\n    return faiss.write_index(index, 'x')\n")
     (tmp_path / "c.py").write_text("from faiss import IndexFlatIP\n")
     (tmp_path / "d.py").write_text("from .index import BlockIndex  # not faiss\nx = 'faiss.write_index'\n")
-    monkeypatch.setattr(__import__(__name__), "SRC", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "SRC", str(tmp_path))
     assert faiss_users() == {"a.py", "b.py", "c.py"}

@@ -32,7 +32,15 @@ import ast
 import functools
 
 import pytest
-from source_imports import find_cycles, is_package, package_modules, parse, read_imports, write_package
+
+from tests.architecture.source_imports import (
+    find_cycles,
+    is_package,
+    package_modules,
+    parse,
+    read_imports,
+    write_package,
+)
 
 
 def _graph() -> tuple[dict[str, set[str]], list[str]]:

@@ -13,7 +13,8 @@ import os
 import re
 
 import pytest
-from source_imports import ROOT, find_cycles, package_modules, read_imports, write_package
+
+from tests.architecture.source_imports import ROOT, find_cycles, package_modules, read_imports, write_package
 
 # Lowest first. Each layer is a tuple of units: a top-level module (`constants`) or a package (`retrieval`); the root
 # package `realm_hf` is its `__init__` (the registration).

@@ -8,7 +8,7 @@ question sets and dictionary parsing, aside), and `RealmRetriever` one concept, 
 import ast
 import os
 
-import source_imports
+from tests.architecture import source_imports
 
 SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 

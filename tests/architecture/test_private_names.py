@@ -7,7 +7,7 @@ documented) or lives where it is used. Read from the source with `ast` (nothing 
 
 import ast
 
-from source_imports import imported_from, package_modules, parse, write_package
+from tests.architecture.source_imports import imported_from, package_modules, parse, write_package
 
 
 def _is_private(name: str) -> bool:

@@ -6,9 +6,10 @@ package, unless `SINGLE_USER_BASES` names it with the reason. Read from the sour
 
 import ast
 import os
+import sys
 from collections import defaultdict
 
-import source_imports
+from tests.architecture import source_imports
 
 SRC = os.path.join(source_imports.SRC, source_imports.PACKAGE)
 
@@ -77,5 +78,5 @@ def test_listed_exceptions_still_exist_and_still_have_one_user():
 
 def test_the_check_sees_a_single_user_mixin(tmp_path, monkeypatch):
     (tmp_path / "split.py").write_text("class HalfMixin:\n    pass\n\n\nclass Whole(HalfMixin):\n    pass\n")
-    monkeypatch.setattr(__import__(__name__), "SRC", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "SRC", str(tmp_path))
     assert single_user_bases() == {"HalfMixin": {"Whole"}}

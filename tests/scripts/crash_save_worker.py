@@ -1,5 +1,5 @@
-"""Child process of tests/test_crash_safety.py: saves a model (and its tokenizer) over an earlier save and dies there by
-SIGKILL.
+"""Child process of tests/io/test_staged_saves.py: saves a model (and its tokenizer) over an earlier save and dies
+there by SIGKILL.
 
 Started once (the imports take seconds); each request forks a fresh child that loads the "new" model and saves it
 over the target directory, killed with SIGKILL before its N-th filesystem operation (`kill-after N`) or after a

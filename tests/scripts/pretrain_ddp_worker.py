@@ -1,4 +1,5 @@
-"""Worker for tests/test_pretraining.py: REALM pre-training with `Trainer` + `RealmReindexCallback` under DDP.
+"""Worker for tests/models/test_modeling_pretraining.py: REALM pre-training with `Trainer` + `RealmReindexCallback`
+under DDP.
 
 Run directly (one process) or under `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1.
 Usage: `pretrain_ddp_worker.py OUT.json OUTPUT_DIR {inline,background}`. Writes to OUT.json (from rank 0): the world

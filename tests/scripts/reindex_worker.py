@@ -1,4 +1,4 @@
-"""Worker for tests/test_training.py: a short DDP training run, then an index refresh split across processes.
+"""Worker for tests/training/test_openqa.py: a short DDP training run, then an index refresh split across processes.
 
 Run directly (one process) or under `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1.
 Writes the refreshed index's embeddings (from rank 0) and whether all ranks hold the same index to argv[1].

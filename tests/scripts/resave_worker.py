@@ -1,4 +1,5 @@
-"""Child process of tests/test_concurrent_saves.py: saves two models into one directory in turn while the test loads it.
+"""Child process of tests/io/test_consistent_reads.py: saves two models into one directory in turn while the test
+loads it.
 
     python resave_worker.py TARGET DIR_A DIR_B SAVES
 

@@ -1,4 +1,4 @@
-"""Worker for tests/test_sharded_retriever.py: a ShardedRealmRetriever on 2 processes (gloo, CPU).
+"""Worker for tests/retrieval/test_sharding.py: a ShardedRealmRetriever on 2 processes (gloo, CPU).
 
 Run under `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1.
 Usage: `sharded_worker.py OUT_DIR THREE_SHARD_SAVE`. Each process writes OUT_DIR/rank{R}.json with what its sharded

@@ -1,4 +1,5 @@
-"""Worker for tests/test_papercuts.py: five rounds of (training step, index refresh across processes, close), then exit.
+"""Worker for tests/training/test_openqa.py: five rounds of (training step, index refresh across processes, close),
+then exit.
 
 Run under `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1. Each round's refresh creates the
 callback's two gloo groups; `close()` must destroy them, so the number of process groups is back where it started

@@ -69,7 +69,7 @@ def library_progress_bars(enabled: bool) -> Iterator[None]:
     if enabled:
         yield
         return
-    # Deferred: the cli package imports nothing heavy at module level (tests/test_cli.py builds the parser without).
+    # Deferred: the cli package imports nothing heavy at module level (tests/cli/test_cli.py builds the parser without).
     import datasets
     from transformers.utils import logging as hf_logging
 

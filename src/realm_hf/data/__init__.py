@@ -9,12 +9,14 @@ from .foldoc import (
     split_questions,
     split_sentences,
 )
+from .vital_questions import load_vital_questions
 from .wikipedia import load_handwritten_questions, load_vital_articles, make_wikipedia_qa_task
 
 __all__ = [
     "load_foldoc",
     "load_handwritten_questions",
     "load_vital_articles",
+    "load_vital_questions",
     "make_wikipedia_qa_task",
     "make_link_questions",
     "parse_foldoc",

@@ -32,6 +32,8 @@ class CardTask:
         eval_task (`dict`): `type` and `name` of the task in `model-index` entries.
         description (`str`): What the model is (the card's first paragraph).
         evaluation_note (`str`): What the evaluation metrics mean (after the card's results table).
+        uses (`str`): What the model is for and what it is not for (the card's "Uses").
+        limitations (`str`): What limits its answers or outputs (the card's "Bias, Risks, and Limitations").
         loss_name (`str`, *optional*): The name of the evaluation loss (`eval_loss`, the quality measure of a
             pre-training run) among the card's results; `None`: the loss is not a result of the task.
     """
@@ -42,6 +44,8 @@ class CardTask:
     eval_task: dict
     description: str
     evaluation_note: str
+    uses: str
+    limitations: str
     loss_name: str | None = None
 
 
@@ -61,6 +65,21 @@ OPEN_QA = CardTask(
     evaluation_note=(
         "Exact match and F1 use the SQuAD answer normalisation; recall@k is the share of questions with a gold "
         "block (or answer) among the top k retrieved blocks."
+    ),
+    uses=(
+        "Answering questions in plain language from the knowledge corpus saved with it, each answer with the block "
+        "it was read from (title, `doc_id`, text), so that a person can check it. The corpus can be changed without "
+        "retraining (`retriever.add_documents`, `remove_documents`, or another corpus embedded by its document "
+        "embedder); fine-tuning on question-answer pairs adapts it to a domain (`RealmOpenQATrainer`, "
+        "`realm-hf train`). Out of scope: questions whose answer is not a span of some block (yes/no, arithmetic, "
+        "summaries), and decisions taken on an answer without reading its source."
+    ),
+    limitations=(
+        "Every answer is a span of a retrieved block: the model knows what its corpus says, as of when it was "
+        "indexed, and repeats its errors and biases. A question the corpus does not answer still gets the best span "
+        "found, with a low probability (`score`): filter answers by it where a wrong answer costs more than none. "
+        "Quality is measured only on the sets under Evaluation; questions of another domain or phrasing may fare "
+        "worse. The corpus text keeps its own licence and attribution (Knowledge corpus)."
     ),
 )
 PRETRAINING = CardTask(
@@ -83,6 +102,8 @@ PRETRAINING = CardTask(
         "The masked-LM loss is the evaluation loss of pre-training: the negative log-probability of the masked "
         "tokens, marginalised over the retrieved candidates (null document included)."
     ),
+    uses="The start of REALM's open-QA fine-tuning (`export_components`) or of more pre-training; it does not answer.",
+    limitations="It knows what its pre-training corpus and steps taught it, and repeats that corpus's biases.",
     loss_name="Masked-LM loss",
 )
 ICT = CardTask(
@@ -101,6 +122,8 @@ ICT = CardTask(
     evaluation_note=(
         "The ICT loss is the cross-entropy of each sentence against the blocks of its batch, its own block the target."
     ),
+    uses="The warm start of REALM pre-training's embedders (`load_ict_embedders`); not a general sentence embedder.",
+    limitations="It learned to find a sentence's own block in its corpus; other text and real questions fare worse.",
     loss_name="ICT loss (in-batch cross-entropy)",
 )
 TASKS = {task.name: task for task in (OPEN_QA, PRETRAINING, ICT)}

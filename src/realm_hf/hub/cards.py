@@ -81,6 +81,8 @@ def generate_model_card(
     task: str | None = None,
     training_setup: Mapping[str, Any] | None = None,
     training_results: Mapping[str, Any] | None = None,
+    uses: str | None = None,
+    limitations: str | None = None,
 ) -> str:
     r"""
     Render the model card (README.md text) of a REALM model.
@@ -117,6 +119,9 @@ def generate_model_card(
         training_setup (`dict`, *optional*): The recipe, `{label: value}` (e.g. the masking), listed with the
             training settings.
         training_results (`dict`, *optional*): Training results, `{label: value}` (e.g. the final training loss).
+        uses (`str`, *optional*): What the model is for and not for (the "Uses" section); default: the task's.
+        limitations (`str`, *optional*): What limits it (the "Bias, Risks, and Limitations" section); default: the
+            task's.
 
     Returns:
         `str`: The README.md text (a `huggingface_hub.ModelCard` rendered to text).
@@ -165,6 +170,8 @@ def generate_model_card(
         "model_details": model_details(model, kind),
         "corpus": corpus,
         "usage": usage_section(model_id, example_question, kind),
+        "uses": uses or kind.uses,
+        "limitations": limitations or kind.limitations,
         "training": training_section(training_args, training_setup, training_results),
         "evaluation": evaluation_section(results, kind),
         "versions": versions_section(),

@@ -95,7 +95,7 @@ def write_legacy_retriever(
     [`BlockIndex.write_streamed`] (a `Flat` one straight into its file, with no in-memory FAISS copy).
 
     The result is what `RealmRetriever.from_legacy(legacy_dir, ...).save_pretrained(output_dir)` writes: block id =
-    doc id = legacy row, empty titles, the exact legacy vectors (`tests/test_convert_streaming.py`).
+    doc id = legacy row, empty titles, the exact legacy vectors (`tests/retrieval/test_conversion.py`).
 
     Args:
         legacy_dir (`str`): The legacy checkpoint directory (`block_records.npy`, `pytorch_model.bin`, tokenizer).

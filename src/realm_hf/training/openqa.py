@@ -21,7 +21,7 @@ from ..text.user_text import (
     question_text_problems,
     truncate_questions,
 )
-from .callbacks import place_reindex_callbacks_first, unwrap_realm_model
+from .callbacks import RealmReindexCallback, place_reindex_callbacks_first, unwrap_realm_model
 from .saving import RealmModelCardMixin
 
 logger = get_logger(__name__)
@@ -359,6 +359,28 @@ class BeamAnswerTally:
         self._hits, self._questions = None, 0
 
 
+def warn_if_index_goes_stale(trainer: Trainer) -> bool:
+    """
+    Warn when `trainer` would train the model's document embedder with no [`RealmReindexCallback`] among its
+    callbacks: the index keeps the embeddings of the old weights while the scores of the re-embedded top blocks move
+    away from them. `from_pretrained` leaves every weight trainable, so a saved model's document embedder trains
+    unless frozen again. Returns whether it warned.
+    """
+    model = unwrap_realm_model(trainer.model)
+    embedder = getattr(model, "document_embedder", None)
+    if embedder is None or not any(p.requires_grad for p in embedder.parameters()):
+        return False
+    if any(isinstance(callback, RealmReindexCallback) for callback in trainer.callback_handler.callbacks):
+        return False
+    logger.warning(
+        "The model's document embedder will train, but no RealmReindexCallback refreshes the index: it would go "
+        "stale. Freeze it for REALM's Open-QA fine-tuning (`model.freeze_document_embedder()`; `from_pretrained` "
+        "leaves every weight trainable), or refresh the index while it trains "
+        "(`callbacks=[RealmReindexCallback(model.retriever, refresh_steps=...)]`)."
+    )
+    return True
+
+
 class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
     """
     [`~transformers.Trainer`] for Open-QA fine-tuning of [`RealmForOpenQA`].
@@ -404,6 +426,10 @@ class RealmOpenQATrainer(RealmModelCardMixin, Trainer):
         self.add_callback(MarkReaderTrainedCallback())
         # Re-index metrics are merged into logs by the callback's on_log; it must run before report_to integrations.
         place_reindex_callbacks_first(self)
+
+    def train(self, *args, **kwargs):
+        warn_if_index_goes_stale(self)
+        return super().train(*args, **kwargs)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()

@@ -444,7 +444,9 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         [`~transformers.Trainer.create_model_card`]; without a name they are listed in the card only. `license` and
         `language` are written only when given; `finetuned_from` defaults, as in transformers, to the Hub repo the
         model was loaded from (none for a local directory). `tasks` is accepted for compatibility (the task comes
-        from the model); other keyword arguments go to [`~realm_hf.hub.cards.generate_model_card`].
+        from the model); other keyword arguments go to [`~realm_hf.hub.cards.generate_model_card`], among them
+        `eval_dataset` (`{"name", "type", "split"}`), which names the evaluation set with its split and wins over
+        `dataset_tags` / `dataset`.
         """
         if not self.is_world_process_zero():
             return
@@ -453,8 +455,8 @@ class RealmModelCardMixin(RealmCheckpointMixin):
         from ..hub.cards import write_model_card
 
         dataset_tags, names, configs = (as_list(value) for value in (dataset_tags, dataset, dataset_args))
-        eval_dataset = None
-        if dataset_tags or names:
+        eval_dataset = card_kwargs.pop("eval_dataset", None)  # {"name", "type", "split"}: the held-out set, in full
+        if eval_dataset is None and (dataset_tags or names):
             eval_dataset = {"type": (dataset_tags or names)[0], "name": (names or dataset_tags)[0]}
             if configs:
                 eval_dataset["config"] = configs[0]
