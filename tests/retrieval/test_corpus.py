@@ -56,7 +56,7 @@ def test_map_and_filter_on_a_loaded_corpus_leave_the_saved_folder_clean(tmp_path
     corpus_dir = tmp_path / "m" / "retriever" / "corpus"
     before = sorted(os.listdir(corpus_dir))
     model = RealmForOpenQA.from_pretrained(tmp_path / "m")
-    datasets.enable_caching()  # the suite disables it (conftest); datasets' default has it on
+    datasets.enable_caching()  # the suite disables it (conftest); a user's Python process has it on
     try:
         corpus = model.retriever.corpus
         mapped = corpus.map(lambda row: {"length": len(row["text"])})
