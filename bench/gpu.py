@@ -313,7 +313,7 @@ def faiss_rows(args) -> list[list[str]]:
     queries = rng.standard_normal((args.faiss_queries, 128), dtype=np.float32)
     cpu_index = faiss.IndexFlatIP(128)
     cpu_index.add(vectors)
-    gpu_index, gpu_resources = faiss_ops.index_to_gpu(cpu_index)  # the resources live as long as the index
+    gpu_index, _gpu_resources = faiss_ops.index_to_gpu(cpu_index)  # the resources live as long as the index
     cpu_device = torch.device("cpu")
     cpu_s = best_seconds(lambda: cpu_index.search(queries, 5), cpu_device, 2)
     gpu_s = best_seconds(lambda: gpu_index.search(queries, 5), cpu_device, 3)

@@ -59,6 +59,89 @@ def missing_path(args: argparse.Namespace) -> str | None:
     return None
 
 
+# Option values a command would refuse after importing torch (seconds): checked right after parsing instead.
+# command -> {option attribute: smallest value}
+_MINIMUMS = {
+    "ask": {"top_k": 1, "batch_size": 1, "num_blocks": 1, "max_answer_len": 1},
+    "evaluate": {"limit": 1, "batch_size": 1},
+    "index": {"max_block_length": 8, "batch_size": 1, "train_size": 1},
+    "serve": {"top_k": 1, "num_blocks": 1, "concurrency": 1},
+}
+_UNITS = {"max_block_length": " wordpieces"}
+
+
+def option_problem(args: argparse.Namespace) -> str | None:
+    """
+    The error for the first option value of `args` that its command would refuse (a count below its minimum, a port
+    out of range, a `--text-column` the documents do not have), or `None`: checked before the command imports torch,
+    so that `ask --top-k 0` or `serve --port 99999` is reported at once. The commands check again when called
+    directly.
+    """
+    for attribute, minimum in _MINIMUMS.get(args.command, {}).items():
+        value = getattr(args, attribute, None)
+        if value is not None and value < minimum:
+            option = "--" + attribute.replace("_", "-")
+            return f"{option} must be at least {minimum}{_UNITS.get(attribute, '')}, got {value}."
+    if args.command == "serve" and not 0 <= args.port <= 65535:
+        return f"--port must be from 0 to 65535, got {args.port}."
+    if args.command == "evaluate" and any(k < 1 for k in args.ks):
+        return f"--ks must be positive integers, got {args.ks}."
+    if args.command == "index":
+        return _document_columns_problem(args)
+    return None
+
+
+def _document_columns_problem(args: argparse.Namespace) -> str | None:
+    """A `--text-column` (or a `--title-column` / `--id-column` given) that a documents file lacks, read from its
+    first record, header or schema; `None` when all are there or a file cannot be read cheaply (the command says)."""
+    wanted = [("text", args.text_column)]
+    if args.title_column != "title":  # the default title column may be missing (blocks get no title)
+        wanted.append(("title", args.title_column))
+    if args.id_column:
+        wanted.append(("id", args.id_column))
+    for path in args.documents:
+        columns = _peek_columns(path, args.format, args.split)
+        if columns is None:
+            continue
+        for role, column in wanted:
+            if column not in columns:
+                fix = f"choose one with --{role}-column" if role == "text" else f"check --{role}-column"
+                return f"The documents have no {role} column {column!r} ({path}: columns {', '.join(columns)}); {fix}."
+    return None
+
+
+def _peek_columns(path: str, fmt: str, split: str) -> list[str] | None:
+    """The column names of a documents file (first JSON line, CSV header, Parquet schema, saved dataset's info)."""
+    import csv
+    import gzip
+    import json
+
+    lower = path.lower().removesuffix(".gz")
+    kind = fmt if fmt != "auto" else "dataset" if os.path.isdir(path) else os.path.splitext(lower)[1].lstrip(".")
+    try:
+        if kind in ("json", "jsonl", "ndjson"):
+            with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8-sig") as f:
+                line = next((line for line in f if line.strip()), "")
+            record = json.loads(line) if line.lstrip().startswith("{") else None  # a JSON array: left to the command
+            return list(record) if isinstance(record, dict) else None
+        if kind in ("csv", "tsv"):
+            with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8-sig") as f:
+                header = next(csv.reader(f, delimiter="\t" if lower.endswith(".tsv") else ","), None)
+            return header or None
+        if kind in ("parquet", "pq"):
+            import pyarrow.parquet as pq  # light next to torch
+
+            return list(pq.read_schema(path).names)
+        if kind == "dataset":
+            if os.path.isfile(os.path.join(path, "dataset_dict.json")):
+                path = os.path.join(path, split)
+            with open(os.path.join(path, "dataset_info.json"), encoding="utf-8") as f:
+                return list(json.load(f)["features"])
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, ImportError):
+        return None  # unreadable here: the command reads it and names what is wrong
+    return None
+
+
 def _offline() -> bool:
     # huggingface_hub's own reading of HF_HUB_OFFLINE (light next to torch; needed only for a repo id).
     from huggingface_hub import constants
@@ -111,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     # With --debug the command itself reports the path, with its traceback.
-    problem = None if getattr(args, "debug", False) else missing_path(args)
+    problem = None if getattr(args, "debug", False) else missing_path(args) or option_problem(args)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_ERROR

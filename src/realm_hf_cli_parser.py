@@ -74,10 +74,11 @@ config keys (JSON or YAML; relative paths are relative to the config file):
     + "\n".join(f"  {key:<24}{help_}" for key, help_ in TRAIN_KEYS.items()),
     "evaluate": """examples:
   realm-hf evaluate dev.jsonl --model my-realm-model --ks 1 5 20 --output metrics.json
+  realm-hf evaluate dev.jsonl --model my-realm-model --ks 100 --run-file run.trec --run-tag realm-dense
   realm-hf evaluate dev.csv --answers-column golds --answers-separator ";" --model my-realm-model
 
 QA files: JSONL (or a JSON array), CSV or Parquet with a question column and an answers column holding a list of
-strings, one string, a JSON list or SQuAD's {"text": [...]}.""",
+strings, one string, a JSON list or SQuAD's {"text": [...]}; an `id` column names each question in --run-file.""",
     "convert": """examples:
   realm-hf convert path/to/realm-orqa-nq-openqa realm-orqa-nq --allow-pickle
   realm-hf convert google/realm-orqa-nq-openqa realm-orqa-nq --allow-pickle --index HNSW32
@@ -99,6 +100,17 @@ the corpus in memory only. See docs/serving.md.""",
   realm-hf push my-realm-model --repo-id me/realm-foldoc
   realm-hf push my-realm-model --repo-id me/realm-foldoc --corpus-repo-id me/foldoc-corpus --private""",
 }
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a span probability), checked when the arguments are parsed."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected a probability from 0 to 1, got {text}")
+    return value
 
 
 def _version() -> str:
@@ -195,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
     p.add_argument("--max-answer-len", type=int, help="longest answer in wordpieces (default: max_span_width)")
     p.add_argument("--context", help="answer from this passage instead of retrieving")
+    p.add_argument(
+        "--no-answer-threshold",
+        type=probability,
+        metavar="P",
+        help="answer 'no answer' when the best span's probability is under P (0 to 1; default: the model's "
+        "config.no_answer_threshold, else always the best span)",
+    )
     p.add_argument("--json", action="store_true", help="JSON lines: question, rank, answer, score, start, end, block")
     p.add_argument("--batch-size", type=int, default=8, help="questions per forward pass (default: 8)")
     p.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
@@ -218,12 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(command="train")
 
     # evaluate
-    p = add("evaluate", "Exact match, F1 and retrieval recall@k of a REALM model on a QA file.")
+    p = add("evaluate", "Exact match, F1 and retrieval recall@k, MRR@k and nDCG@k of a REALM model on a QA file.")
     p.add_argument("qa_file", help="JSONL/CSV/Parquet file with questions and gold answers")
     p.add_argument("--model", required=True, help="RealmForOpenQA directory (with retriever/) or Hub id")
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20], help="recall@k cut-offs (default: 1 5 20)")
+    p.add_argument(
+        "--ks", type=int, nargs="+", default=[1, 5, 20], help="recall@k, MRR@k, nDCG@k cut-offs (default: 1 5 20)"
+    )
     p.add_argument("--output", help="write the metrics as JSON here")
     p.add_argument("--predictions", help="write per-question predictions (JSONL) here")
+    p.add_argument(
+        "--run-file",
+        help="write the retrieved blocks as a TREC run here (qid Q0 block_id rank score tag; down to the deepest --ks)",
+    )
+    p.add_argument("--run-tag", help="the run's name, the last column of --run-file (default: realm-hf)")
     p.add_argument("--question-column", default="question")
     p.add_argument("--answers-column", default="answers")
     p.add_argument("--answers-separator", default="|", help="separator of answers in a CSV text cell (default: |)")
@@ -254,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     p.add_argument("--top-k", type=int, default=3, help="answers per question the page starts with (default: 3)")
     p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
+    p.add_argument(
+        "--no-answer-threshold",
+        type=probability,
+        metavar="P",
+        help="show 'no answer' when the best span's probability is under P (default: the model's "
+        "config.no_answer_threshold, else 0.1; 0 answers every question)",
+    )
     p.add_argument(
         "--write-token",
         help="token that allows adding and removing documents (default: $REALM_HF_SERVE_WRITE_TOKEN; "

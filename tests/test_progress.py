@@ -68,6 +68,17 @@ def test_every_switch_silences_realm_hf_bars(tiny, switch, capsys, restore_switc
         assert (bar in err) is (switch == "none"), f"{bar!r} with switch {switch!r}: {err!r}"
 
 
+@pytest.mark.parametrize("switch", list(SWITCHES))
+def test_every_switch_silences_datasets_saving_bar_in_a_corpus_save(tiny, switch, capfd, restore_switches, tmp_path):
+    # datasets heeds only its own switch: its "Saving the dataset" bar drew under the others.
+    model, tokenizer = tiny
+    SWITCHES[switch]()
+    model.retriever.save_pretrained(str(tmp_path / "retriever"))
+    err = capfd.readouterr().err
+    assert ("Saving the dataset" in err) is (switch == "none"), f"switch {switch!r}: {err!r}"
+    assert datasets.is_progress_bar_enabled() is (switch != "datasets")  # left as it was
+
+
 # The helper's module run on its own (it imports no other realm_hf module): the probe then skips `import realm_hf`,
 # which loads torch, and costs about a second instead of several.
 _ENV_PROBE = """

@@ -16,9 +16,29 @@ from .models.modeling_reader import RealmReader, RealmReaderOutput
 from .models.openqa_answers import RealmForOpenQAOutput
 from .models.reader_inputs import RealmReaderInputs, build_reader_inputs
 from .models.tokenization_realm import RealmTokenizer, RealmTokenizerFast
-from .retrieval.retriever import RealmRetriever, RealmSearchOutput
-from .retrieval.sharding import ShardedRealmRetriever
 from .version import __version__
+
+# The retrievers load on first use (`realm_hf.RealmRetriever`): they import faiss and datasets, which neither the Auto
+# registration below nor answering from a saved model needs up front (a saved model loads its retriever itself).
+_LAZY = {
+    "RealmRetriever": "realm_hf.retrieval.retriever",
+    "RealmSearchOutput": "realm_hf.retrieval.retriever",
+    "ShardedRealmRetriever": "realm_hf.retrieval.sharding",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # looked up once
+        return value
+    raise AttributeError(f"module 'realm_hf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _register() -> None:

@@ -7,6 +7,9 @@ RETRIEVER_SUBFOLDER = "retriever"
 MANIFEST_NAME = "retriever_manifest.json"
 INDEX_NAME = "index.faiss"
 CORPUS_DIR = "corpus"
+# The cache files `datasets` writes beside a dataset opened with `load_from_disk` when it is mapped or filtered
+# (`cache-<fingerprint>.arrow`, `_<rank>_of_<n>` with `num_proc`): never read by a load, so never part of a save.
+DATASETS_CACHE_FILES = "cache-*.arrow"
 TOKENIZER_DIR = "tokenizer"
 # The BM25 index of hybrid retrieval (`retrieval/bm25.py`), saved beside the dense index under the same manifest.
 SPARSE_INDEX_DIR = "sparse_bm25"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 
-import datasets
 from huggingface_hub.utils import are_progress_bars_disabled
 from huggingface_hub.utils import tqdm as hub_tqdm
 from transformers.utils import logging as transformers_logging
@@ -32,9 +34,37 @@ def progress_bars_enabled() -> bool:
     return (
         not _tqdm_disabled()
         and transformers_logging.is_progress_bar_enabled()
-        and datasets.is_progress_bar_enabled()
+        and _datasets_bars_enabled()
         and not are_progress_bars_disabled(PROGRESS_BAR_GROUP)
     )
+
+
+def _datasets_bars_enabled() -> bool:
+    # datasets is imported only by the paths that use it (importing it costs a second): until then, its switch can
+    # only be its environment variable, read as datasets reads it.
+    datasets = sys.modules.get("datasets")
+    if datasets is not None:
+        return datasets.is_progress_bar_enabled()
+    value = os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS")
+    return value is None or value.upper() not in ("1", "ON", "YES", "TRUE")
+
+
+@contextlib.contextmanager
+def datasets_bars_follow_switches() -> Iterator[None]:
+    """
+    Within the block, datasets' own progress bars (the "Saving the dataset" bar of a corpus save) are off whenever
+    [`progress_bars_enabled`] says realm-hf's are: datasets heeds only its own switch, so
+    `HF_HUB_DISABLE_PROGRESS_BARS=1`, transformers' `disable_progress_bar()` or `TQDM_DISABLE=1` left its bars on.
+    """
+    datasets = sys.modules.get("datasets")
+    if datasets is None or progress_bars_enabled() or not datasets.is_progress_bar_enabled():
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
 
 
 def _tqdm_disabled() -> bool:
@@ -50,4 +80,4 @@ def progress_bar(iterable=None, *, disable: bool = False, **kwargs) -> hub_tqdm:
     return hub_tqdm(iterable, disable=disable or not progress_bars_enabled(), name=PROGRESS_BAR_GROUP, **kwargs)
 
 
-__all__ = ["PROGRESS_BAR_GROUP", "progress_bar", "progress_bars_enabled"]
+__all__ = ["PROGRESS_BAR_GROUP", "datasets_bars_follow_switches", "progress_bar", "progress_bars_enabled"]

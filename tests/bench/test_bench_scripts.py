@@ -358,6 +358,23 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
     assert "Index refreshed 2 times, the last with the weights of step 2." in printed
 
 
+def test_abstention_bench_quick_prints_answered_share_against_em(tmp_path, capsys):
+    """bench/abstention.py on the tiny invented corpus with a tiny random model: a row per threshold and set."""
+    wiki = os.path.join(FIXTURES, "wikipedia")
+    abstention = load_script("abstention")
+    out = tmp_path / "rows.json"
+    argv = ["--quick", "--summaries", os.path.join(wiki, "summaries.json"), "--handwritten"]
+    argv += [os.path.join(wiki, "handwritten.jsonl"), "--thresholds", "0", "0.5", "1", "--json", str(out)]
+    results = abstention.main(argv)
+    assert {r["set"] for r in results} <= {"generated", "hand-written"} and results
+    for result in results:
+        answered = [row["answered"] for row in result["rows"]]
+        assert answered[0] == 1.0 and answered == sorted(answered, reverse=True)  # a higher threshold answers less
+        assert answered[-1] < 1.0  # no random span reaches probability 1
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    assert "EM answered" in capsys.readouterr().out
+
+
 def test_convert_bench_writes_block_records_as_np_save_does(tmp_path):
     """bench/convert.py streams block_records.npy item by item: the bytes must be np.save's (pickle frames, batches)."""
     import io

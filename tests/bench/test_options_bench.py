@@ -42,6 +42,8 @@ def test_wikipedia_options_bench_runs_every_row_from_a_saved_demo_model(tmp_path
         "--output", str(tmp_path / "run"), "--bert", str(bert), "--max-block-length", "48", "--pca-sample", "64",
         "--retriever-steps", "1", "--retriever-batch-size", "4", "--reader-steps", "1", "--reader-batch-size", "4",
         "--searcher-beam", "4", "--eval-questions", "4", "--show", "1",
+        # Open-QA fine-tuning reads the written training questions: the fixture's.
+        "--written-train", os.path.join(wiki, "written_train.jsonl"), "--openqa-steps", "1", "--openqa-batch-size", "2",
     ]  # fmt: skip
     assert demo.main(demo_argv) == 0
     start = tmp_path / "run" / "realm-wikipedia"

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from realm_hf.cli import main
 from tests.support.cli import QUESTIONS, run
 from tests.support.paths import LEGACY_OPENQA
@@ -15,11 +17,11 @@ def test_ask_json_has_provenance(converted, legacy_model, capsys):
     for record in records:
         assert set(record) >= {"answer", "score", "start", "end", "block"}
         block = record["block"]
-        assert set(block) >= {"id", "title", "text", "retrieval_score"}
+        assert set(block) >= {"block_id", "title", "text", "retrieval_score"} and "id" not in block
         assert block["text"][record["start"] : record["end"]] == record["answer"]
     expected = legacy_model.answer(QUESTIONS[:2])
     assert [r["answer"] for r in records if r["rank"] == 1] == [e["answer"] for e in expected]
-    assert [r["block"]["id"] for r in records if r["rank"] == 1] == [e["block"]["block_id"] for e in expected]
+    assert [r["block"]["block_id"] for r in records if r["rank"] == 1] == [e["block"]["block_id"] for e in expected]
 
 
 def test_ask_text_from_file(converted, tmp_path, capsys):
@@ -37,6 +39,24 @@ def test_ask_with_context_reads_only_the_context(converted, capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["block"]["block_id"] is None and record["block"]["text"] == context  # the context, no corpus block
     assert context[record["start"] : record["end"]] == record["answer"]
+
+
+def test_ask_no_answer_threshold(converted, legacy_model, capsys):
+    best = legacy_model.answer(QUESTIONS[0])
+    above = f"{min(1.0, best['score'] + 1e-3):.6f}"
+    assert run("ask", QUESTIONS[0], "--model", converted, "--no-answer-threshold", above) == 0
+    out = capsys.readouterr().out
+    assert "A: " not in out and f"(no answer: the best span's probability {best['score']:.3f} is under" in out
+    assert run("ask", QUESTIONS[0], "--model", converted, "--no-answer-threshold", above, "--json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["answer"], record["block"], record["rank"]) == ("", None, 1)
+    assert record["score"] == pytest.approx(best["score"], abs=1e-5)
+    assert run("ask", QUESTIONS[0], "--model", converted, "--no-answer-threshold", "0", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == best["answer"]
+    # Not a probability: refused when the arguments are parsed, before the model loads.
+    for bad in ("1.5", "-0.1", "high", "nan"):
+        assert run("ask", QUESTIONS[0], "--model", converted, "--no-answer-threshold", bad) == 2
+        assert "--no-answer-threshold" in capsys.readouterr().err
 
 
 def test_ask_bad_input(converted, tmp_path, capsys):

@@ -74,6 +74,63 @@ def test_help_of_every_command_imports_neither_realm_hf_nor_torch():
     assert probe["statuses"] == [0] * 8 + [2, 2]
 
 
+# Bad option values, answered by the console script before any command imports realm_hf or torch.
+_EARLY_CHECK_PROBE = """
+import contextlib, io, json, sys
+from realm_hf_cli import main
+model, documents = sys.argv[1], sys.argv[2]
+results = []
+for argv in (
+    ["ask", "q", "--model", model, "--top-k", "0"],
+    ["ask", "q", "--model", model, "--batch-size", "0"],
+    ["serve", model, "--port", "99999"],
+    ["serve", model, "--concurrency", "0"],
+    ["evaluate", documents, "--model", model, "--ks", "5", "0"],
+    ["evaluate", documents, "--model", model, "--limit", "0"],
+    ["index", documents, "--model", model, "--output", model + "-x", "--text-column", "body"],
+    ["index", documents, "--model", model, "--output", model + "-x", "--id-column", "uid"],
+    ["index", documents, "--model", model, "--output", model + "-x", "--max-block-length", "4"],
+):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        results.append([main(argv), err.getvalue()])
+heavy = ("realm_hf", "torch", "transformers", "datasets")
+print(json.dumps({"results": results, "heavy": sorted(name for name in heavy if name in sys.modules)}))
+"""
+
+
+def test_bad_option_values_are_named_before_anything_heavy_is_imported(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    documents = tmp_path / "docs.jsonl"
+    documents.write_text(json.dumps({"title": "T", "text": "some text", "id": 1}) + "\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "src"), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run(
+        [sys.executable, "-c", _EARLY_CHECK_PROBE, str(model), str(documents)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout)
+    assert probe["heavy"] == []
+    expected = [
+        "--top-k must be at least 1, got 0",
+        "--batch-size must be at least 1, got 0",
+        "--port must be from 0 to 65535, got 99999",
+        "--concurrency must be at least 1, got 0",
+        "--ks must be positive integers, got [5, 0]",
+        "--limit must be at least 1, got 0",
+        "The documents have no text column 'body' (",
+        "The documents have no id column 'uid' (",
+        "--max-block-length must be at least 8 wordpieces, got 4",
+    ]
+    for (status, err), message in zip(probe["results"], expected):
+        assert status == 2 and err.startswith("error: ") and message in err, (message, err)
+    assert "columns title, text, id); choose one with --text-column" in probe["results"][6][1]
+
+
 @pytest.mark.parametrize("command", ["index", "ask", "train", "evaluate", "convert", "push"])
 def test_subcommand_help_has_examples(command, capsys):
     assert main([command, "--help"]) == 0

@@ -97,6 +97,55 @@ def test_evaluate_known_answers(converted, legacy_model, tmp_path, capsys):
     assert [line["exact_match"] for line in lines] == [1.0, 0.0, 0.0]
 
 
+def test_evaluate_ranking_metrics_and_trec_run_file(converted, legacy_model, tmp_path, capsys):
+    from realm_hf.metrics import answer_mrr_at_k, answer_ndcg_at_k
+
+    qa_file = tmp_path / "qa.jsonl"
+    rows = [
+        {"id": "q-paris", "question": QUESTIONS[0], "answers": ["paris"]},
+        {"id": "q france", "question": QUESTIONS[1], "answers": "france"},
+        {"question": QUESTIONS[2], "answers": ["london"]},  # no id: its number in the file
+    ]
+    qa_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    metrics_file, run_file = tmp_path / "metrics.json", tmp_path / "run.trec"
+    argv = ["evaluate", qa_file, "--model", converted, "--ks", 1, 3, "--output", metrics_file]
+    assert run(*argv, "--run-file", run_file, "--run-tag", "dense") == 0
+    assert "mrr@3" in capsys.readouterr().out
+    metrics = json.loads(metrics_file.read_text())
+    # The model's own retrieval (Flat: exact), down to the deepest k.
+    legacy_model.config.reader_beam_size, beam = 3, legacy_model.config.reader_beam_size
+    try:
+        retrieved = [r["retrieved"] for r in legacy_model.answer(QUESTIONS)]
+    finally:
+        legacy_model.config.reader_beam_size = beam
+    texts, golds = [[b["text"] for b in blocks] for blocks in retrieved], [r["answers"] for r in rows]
+    golds = [[g] if isinstance(g, str) else g for g in golds]
+    for name, value in {**answer_mrr_at_k(texts, golds, [1, 3]), **answer_ndcg_at_k(texts, golds, [1, 3])}.items():
+        assert metrics[name.removeprefix("answer_")] == pytest.approx(value), name
+    assert 0.0 < metrics["mrr@3"] <= metrics["recall@3"]
+    # qid Q0 block_id rank score tag, best first, three blocks a question.
+    lines = [line.split() for line in run_file.read_text().splitlines()]
+    assert [line[0] for line in lines] == ["q-paris"] * 3 + ["q_france"] * 3 + ["3"] * 3
+    flat = [block for blocks in retrieved for block in blocks]
+    for line, block in zip(lines, flat, strict=True):
+        assert (line[1], line[5]) == ("Q0", "dense") and int(line[2]) == block["block_id"]
+        assert float(line[4]) == pytest.approx(block["retrieval_score"], abs=1e-4)
+    assert [int(line[3]) for line in lines] == [1, 2, 3] * 3
+    # A run file over the QA file or another output, or a tag of two words: refused before the model loads.
+    assert run(*argv, "--run-file", metrics_file) == 2
+    assert "--output and --run-file both name" in capsys.readouterr().err
+    assert run("evaluate", qa_file, "--model", converted, "--run-file", run_file, "--run-tag", "my run") == 2
+    assert "--run-tag must be one word" in capsys.readouterr().err
+
+
+def test_trec_run_lines_keep_the_retrievers_order():
+    from realm_hf.cli.evaluate import trec_run_lines
+
+    assert trec_run_lines(["1"], [[(4, 2.5), (7, 1.0)]], "t") == ["1 Q0 4 1 2.500000 t", "1 Q0 7 2 1.000000 t"]
+    # Scores that do not fall with the rank (a fused order): 1/rank, which trec_eval reads in the same order.
+    assert trec_run_lines(["1"], [[(4, 1.0), (7, 2.5)]], "t") == ["1 Q0 4 1 1.000000 t", "1 Q0 7 2 0.500000 t"]
+
+
 def test_evaluate_csv_and_missing_column(converted, tmp_path, capsys):
     qa_file = tmp_path / "qa.csv"
     with open(qa_file, "w", newline="") as f:

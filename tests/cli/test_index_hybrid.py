@@ -17,7 +17,7 @@ from realm_hf.cli.common import CLIError
 from realm_hf.cli.index import split_index_spec
 from realm_hf.retrieval.retriever import RealmRetriever
 from tests.support.cli import run
-from tests.support.paths import CORPUS_DOCUMENTS
+from tests.support.paths import CORPUS_DOCUMENTS, REPO
 
 pytest.importorskip("bm25s")
 QUESTION = "who designed the torre alba lighthouse?"
@@ -32,6 +32,34 @@ def test_index_spec_suffixes():
         split_index_spec("Flat+splade")
     with pytest.raises(CLIError, match="name the dense FAISS index"):
         split_index_spec("+bm25")
+
+
+def test_building_a_bm25_index_prints_no_debug_lines(converted, tmp_path):
+    import subprocess
+
+    # bm25s sets its own logger to DEBUG when imported: its "Building index from tokens" went to the terminal,
+    # with -q too. A fresh interpreter: the console script sets up logging only where nothing else has.
+    src = os.path.join(REPO, "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), HF_HUB_OFFLINE="1")
+    for quiet in (["-q"], []):
+        argv = [
+            "index",
+            CORPUS_DOCUMENTS,
+            "--model",
+            str(converted),
+            "--index",
+            "Flat+bm25",
+            "--max-block-length",
+            "32",
+        ]
+        argv += ["--output", str(tmp_path / f"corpus{len(quiet)}")]
+        result = subprocess.run(
+            [sys.executable, "-m", "realm_hf_cli", *quiet, *argv], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        assert "DEBUG" not in result.stderr and "Building index" not in result.stderr, result.stderr
+        if quiet:
+            assert result.stderr == ""
 
 
 def test_index_flat_bm25_is_attached_and_used_by_ask_evaluate_and_the_pipeline(converted, tmp_path, capsys):  # noqa: F811

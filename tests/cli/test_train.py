@@ -132,7 +132,7 @@ def seeded_train(tiny_bert, tmp_path_factory):
         )
     )
 
-    def train(name, seed, searcher_beam_size=4, evaluate=True, **training_args):
+    def train(name, seed, searcher_beam_size=4, evaluate=True, lora=None, model_config=None, **training_args):
         config = {
             "init_from_bert": str(tiny_bert),
             "model_config": {
@@ -141,6 +141,7 @@ def seeded_train(tiny_bert, tmp_path_factory):
                 "max_block_length": 48,
                 "searcher_beam_size": searcher_beam_size,
                 "reader_beam_size": 2,
+                **(model_config or {}),
             },
             "documents": CORPUS_DOCUMENTS,
             "max_block_length": 48,
@@ -160,13 +161,50 @@ def seeded_train(tiny_bert, tmp_path_factory):
                 **training_args,
             },
         }
+        if lora is not None:
+            config["lora"] = lora
         path = root / f"{name}.json"
         path.write_text(json.dumps(config))
         assert run("train", path) == 0
         results = json.loads((root / name / "train_results.json").read_text())
         return results, load_file(str(root / name / "model.safetensors"))
 
+    train.root = root
     return train
+
+
+def test_train_from_bert_with_lora_trains_the_span_head(seeded_train, tiny_bert):
+    from realm_hf import RealmForOpenQA
+    from realm_hf.models.initialization import init_from_bert
+    from realm_hf.training.recipes import seed_everything
+
+    # The reader reads an answer-holding block of the beam (reader_beam_positive): its span loss is not 0.
+    results, weights = seeded_train(
+        "lora",
+        seed=5,
+        evaluate=False,
+        searcher_beam_size=40,
+        lora={"r": 2},
+        model_config={"reader_beam_positive": True},
+    )
+    assert results["global_step"] == 2
+    # The fresh model the run started from (the run seeds before building it): its random span head ...
+    seed_everything(5)
+    start = init_from_bert(
+        RealmForOpenQA,
+        str(tiny_bert),
+        retriever_proj_size=16,
+        reader_seq_len=96,
+        max_block_length=48,
+        searcher_beam_size=40,
+        reader_beam_size=2,
+        reader_beam_positive=True,
+    ).state_dict()
+    head = [key for key in weights if key.startswith("reader.qa_outputs.")]
+    assert head and all(key in start for key in head)
+    # ... was trained (in full, beside the adapters), and the saved model says its reader was trained.
+    assert any(not torch.equal(weights[key], start[key]) for key in head)
+    assert json.loads((seeded_train.root / "lora" / "config.json").read_text())["reader_trained"] is True
 
 
 def _before(results):

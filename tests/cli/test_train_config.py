@@ -22,6 +22,14 @@ from tests.support.paths import TRAIN_CONFIG_EXAMPLE
         ({"retriever_warmup": {"max_steps": 1, "learning_rate": "x"}}, "retriever_warmup.learning_rate must be a"),
         ({"lora": {"r": "8"}}, "lora.r must be an integer"),  # TypeError traceback
         ({"lora": [1]}, "lora must be true"),  # the default LoRA, silently
+        # Named after the corpus was embedded, or (r: 0) a ValueError of add_lora then.
+        ({"lora": {"rank": 8}}, "unknown lora option(s) rank (did you mean lora.r?)"),
+        ({"lora": {"lora_alpha": 8}}, "(did you mean lora.alpha?)"),
+        ({"lora": {"r": 0}}, "LoRA rank `r` must be a positive integer, got 0"),
+        ({"lora": {"dropout": 1.0}}, "LoRA `dropout` must be in [0, 1)"),
+        ({"lora": {"alpha": -2}}, "LoRA `alpha` must be a positive number"),
+        ({"lora": {"target_modules": ["query", "ffn"]}}, "lora.target_modules ['ffn'] are not attention projections"),
+        ({"lora": {"modules_to_save": "qa_outputs"}}, "lora.modules_to_save must be a list of names"),
         ({"recall_ks": [0]}, "recall_ks must be a list of positive integers"),  # taken
         ({"train_document_embedder": "false"}, "train_document_embedder must be true or false"),  # read as true
         ({"reindex_batch_size": "abc"}, "reindex_batch_size must be an integer"),  # invalid literal for int()

@@ -109,7 +109,8 @@ def workdir(tmp_path_factory):
     os.chdir(path)
     try:
         namespace = {}
-        code = block_after(read(), SECTIONS[2]).replace('"path/to/realm-model"', repr(LEGACY_OPENQA))
+        # The model `make quickstart` trains (tests/examples/test_examples.py runs its script): here the tiny one.
+        code = block_after(read(), SECTIONS[2]).replace('"demo_output/realm-quickstart"', repr(LEGACY_OPENQA))
         with contextlib.redirect_stdout(open(os.devnull, "w")):
             exec(compile(code, "README.md: own corpus", "exec"), namespace)
         yield path, namespace
@@ -120,9 +121,21 @@ def workdir(tmp_path_factory):
 def test_own_corpus_quickstart_answers_with_a_source(workdir):
     path, namespace = workdir
     assert (path / "my-realm" / "retriever").is_dir() and (path / "my-realm" / "README.md").is_file()
+    # Its search line: a question text, kept by the filter to the one block of its topic.
+    assert [block["title"] for block in namespace["hits"].blocks[0]] == ["Compiler"]
     answer = namespace["answer"]
     assert answer["block"]["title"] in ("Compiler", "Unix") and answer["answer"] in answer["block"]["text"]
     assert 0.0 < answer["score"] <= 1.0
+
+
+def test_the_quickstart_starts_from_the_model_make_quickstart_trains():
+    section = read().split(f"## {SECTIONS[2]}\n", 1)[1].split("\n## ", 1)[0]
+    assert "make quickstart" in section[: section.index("```")]
+    assert 'RealmForOpenQA.from_pretrained("demo_output/realm-quickstart")' in block_after(read(), SECTIONS[2])
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        assert re.search(r"^quickstart:.*\n\t.*examples/quickstart_model\.py", f.read(), flags=re.M)
+    with open(os.path.join(ROOT, "examples", "quickstart_model.py")) as f:
+        assert 'os.path.join("demo_output", "realm-quickstart")' in f.read()
 
 
 def test_converted_checkpoint_quickstart(workdir, capsys):
@@ -220,7 +233,9 @@ def test_usage_doc_block_runs(tmp_path, monkeypatch):
     assert answer["answer"] in "Unix was written by Ken Thompson."
 
 
-@pytest.mark.parametrize("doc", ["docs/training.md", "docs/pipeline.md", "docs/cli.md", "docs/usage.md"])
+@pytest.mark.parametrize(
+    "doc", ["docs/training.md", "docs/pipeline.md", "docs/cli.md", "docs/usage.md", "docs/retrieval.md"]
+)
 def test_docs_python_blocks_compile(doc):
     for i, block in enumerate(blocks(read(os.path.join(ROOT, doc)), "python")):
         compile(block, f"{doc} block {i}", "exec")

@@ -249,6 +249,25 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     assert "Reusing the model saved" in capsys.readouterr().out
 
 
+def test_quickstart_model_script_trains_saves_and_answers(examples_on_path, tiny_bert, tmp_path, capsys):
+    """examples/quickstart_model.py (`make quickstart`) on the invented Wikipedia fixture and a tiny BERT."""
+    import quickstart_model
+
+    from realm_hf import RealmForOpenQA
+
+    output = tmp_path / "quickstart"
+    wiki = os.path.join(FIXTURES, "wikipedia", "summaries.json")
+    argv = ["--output", str(output), "--summaries", wiki, "--bert", str(tiny_bert), "--articles", "6"]
+    argv += ["--reader-steps", "2", "--batch-size", "2", "--max-block-length", "48", "--check-questions", "3"]
+    assert quickstart_model.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Own training questions answered exactly:" in out and "of 3" in out
+    model = RealmForOpenQA.from_pretrained(output)
+    assert model.config.reader_trained is True and len(model.retriever) >= 6  # its reader trained, its corpus saved
+    assert quickstart_model.main(argv) == 0  # a second run reuses the saved model
+    assert "Own training questions" not in capsys.readouterr().out
+
+
 def test_accelerate_example_warns_when_fewer_processes_start_than_asked():
     sys.path.insert(0, EXAMPLES)
     try:

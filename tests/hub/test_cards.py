@@ -182,6 +182,9 @@ def test_usage_snippet_runs(tiny):
     assert len(lines) == 4  # the answer, then three candidates
     titles = {title for title, _ in DOCS}
     assert lines[0].split()[-1] in titles
+    # Each candidate with its block's id: the schema's `block_id` (the card's example once read an alias, `id`).
+    assert all(0 <= int(line.split()[-1]) < len(DOCS) for line in lines[1:])
+    assert '["block"]["block_id"]' in snippet and '["id"]' not in snippet
 
 
 def test_template_is_the_documented_one():
@@ -529,7 +532,8 @@ def test_model_index_holds_the_held_out_results(trained):
     name, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
     assert name == "realm-tiny-capitals"
     by_metric = {r.metric_type: r for r in results}
-    assert set(by_metric) == {"exact_match", "f1", "recall@1", "recall@5"}
+    # Every held-out metric the evaluation reports, the ranking ones (MRR, nDCG) beside recall.
+    assert set(by_metric) == {"exact_match", "f1", "recall@1", "recall@5", "mrr@1", "mrr@5", "ndcg@1", "ndcg@5"}
     for key, result in by_metric.items():
         assert result.metric_value == pytest.approx(metrics[f"eval_{key}"], abs=1e-4)
         assert (result.dataset_type, result.dataset_name, result.dataset_split) == (

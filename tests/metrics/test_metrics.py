@@ -1,3 +1,4 @@
+import math
 import os
 
 import pytest
@@ -14,6 +15,7 @@ from realm_hf.metrics import (
     normalize_answer,
     recall_at_k,
 )
+from tests.support.paths import REPO
 
 
 def test_normalize_answer():
@@ -131,6 +133,47 @@ def test_evaluate_metric_matches_functions(monkeypatch):
     # One gold string per question is accepted too.
     single = metric.compute(predictions=["the Eiffel tower"], references=["Eiffel Tower"])
     assert single["exact_match"] == 100.0
+
+
+def test_mrr_and_ndcg_by_block_id():
+    from realm_hf.metrics import mrr_at_k, ndcg_at_k
+
+    retrieved = [[3, 7, 9], [1, 2, 4], [5, 6, 8]]
+    gold = [7, [4, 2], None]  # rank 2; ranks 2 and 3 (two gold blocks); none
+    assert mrr_at_k(retrieved, gold, ks=[1, 3]) == pytest.approx({"mrr@1": 0.0, "mrr@3": (1 / 2 + 1 / 2) / 3})
+    ideal_two = 1 + 1 / math.log2(3)
+    expected3 = (1 / math.log2(3) + (1 / math.log2(3) + 1 / math.log2(4)) / ideal_two + 0.0) / 3
+    assert ndcg_at_k(retrieved, gold, ks=[1, 3]) == pytest.approx({"ndcg@1": 0.0, "ndcg@3": expected3})
+    assert ndcg_at_k([[7, 3]], [7], ks=[2]) == {"ndcg@2": 1.0}
+    with pytest.raises(ValueError, match="2 retrievals for 1 gold"):
+        mrr_at_k([[1], [2]], [1])
+    with pytest.raises(ValueError, match="`ks`"):
+        ndcg_at_k([[1]], [1], ks=[0])
+
+
+def test_answer_mrr_and_ndcg_use_answer_containment():
+    from realm_hf.metrics import answer_mrr_at_k, answer_ndcg_at_k
+
+    texts = [["Lyon is big.", "Paris is the capital.", "Paris again."], ["Nothing here.", "Nor here."]]
+    answers = [["paris"], ["london"]]
+    assert answer_mrr_at_k(texts, answers, ks=[1, 2]) == pytest.approx({"answer_mrr@1": 0.0, "answer_mrr@2": 0.25})
+    # The ideal ranking is the retrieved list's own: its two answer-holding blocks first.
+    dcg = 1 / math.log2(3) + 1 / math.log2(4)
+    assert answer_ndcg_at_k(texts, answers, ks=[3])["answer_ndcg@3"] == pytest.approx(dcg / (1 + 1 / math.log2(3)) / 2)
+    with pytest.raises(TypeError, match="one list of block texts per question"):
+        answer_ndcg_at_k(["a string"], [["a"]], ks=[1])
+
+
+def test_the_metric_loads_offline_from_its_documented_path():
+    import evaluate
+
+    from realm_hf import metrics
+
+    # The path docs/training.md and the metrics' docstrings give: `evaluate.load("squad")` needs the Hub.
+    metric = evaluate.load(metrics.REALM_QA_METRIC_PATH)
+    assert metric.compute(predictions=["the Eiffel tower"], references=[["Eiffel Tower"]])["exact_match"] == 100.0
+    for where in (metrics.__doc__, open(os.path.join(REPO, "docs", "training.md")).read()):
+        assert "evaluate.load(realm_hf.metrics.REALM_QA_METRIC_PATH)" in where
 
 
 def test_answer_recall_refuses_one_text_per_question():

@@ -113,7 +113,7 @@ def test_answer_gives_provenance(model):
         assert set(result) >= {"question", "answer", "score", "block", "retrieved", "start", "end"}
         assert result["block"]["text"][result["start"] : result["end"]] == result["answer"]
         assert len(result["retrieved"]) == model.config.reader_beam_size
-        scores = [b["score"] for b in result["retrieved"]]
+        scores = [b["retrieval_score"] for b in result["retrieved"]]
         assert scores == sorted(scores, reverse=True)
 
 

@@ -12,7 +12,6 @@ from realm_hf.models.provenance import PROVENANCE_KEYS, block_provenance
 from tests.support.tiny_model import DOCS, QUESTIONS, build_tiny_model, save_tiny_model
 
 ANSWER_KEYS = {"answer", "score", "logit", "start", "end", "block"}
-LEGACY_ALIASES = {"id", "score"}
 # Columns of this corpus beyond the schema's own: the block's span in its document and a document field.
 CORPUS_COLUMNS = {"char_start", "char_end", "source"}
 
@@ -42,12 +41,14 @@ def ask_json(capsys, *argv):
 def check_block(block, answer):
     assert list(block)[: len(PROVENANCE_KEYS)] == list(PROVENANCE_KEYS)  # the schema's keys first, in order
     assert block["text"][answer["start"] : answer["end"]] == answer["answer"]
-    assert block["id"] == block["block_id"] and block["score"] == block["retrieval_score"]  # legacy aliases
+    # One name, one meaning: `score` is the answer's probability, the block's retrieval score is `retrieval_score`,
+    # and its id `block_id` (no `id` / `score` aliases beside them).
+    assert "score" not in block and "id" not in block
 
 
 def check_corpus_block(block, answer):
     check_block(block, answer)
-    assert set(block) == {*PROVENANCE_KEYS, *CORPUS_COLUMNS, *LEGACY_ALIASES}
+    assert set(block) == {*PROVENANCE_KEYS, *CORPUS_COLUMNS}
     title, text = DOCS[block["block_id"]]
     assert (block["title"], block["text"], block["doc_id"]) == (title, text, f"doc-{block['block_id']}")
     assert block["source"] == "fixture"
@@ -111,7 +112,7 @@ def test_context_answers_share_the_schema(saved, capsys):
         assert ANSWER_KEYS <= set(answer)
         block = answer["block"]
         check_block(block, answer)
-        assert set(block) == {*PROVENANCE_KEYS, *LEGACY_ALIASES}  # no corpus, so no corpus columns
+        assert set(block) == set(PROVENANCE_KEYS)  # no corpus, so no corpus columns
         assert {key: block[key] for key in PROVENANCE_KEYS} == {
             "block_id": None,
             "doc_id": None,
@@ -133,10 +134,8 @@ def test_block_provenance():
         "text": "x",
         "retrieval_score": 1.5,
         "lang": "en",
-        "id": 7,
-        "score": 1.5,
     }
     assert block_provenance(block, retrieval_score=2.0)["retrieval_score"] == 2.0
-    # A corpus column named like a legacy alias keeps its own value.
+    # A corpus column named `id` is the corpus's own, kept as it is (no alias of block_id overwrites or adds it).
     assert block_provenance({**block, "id": "wiki-42"})["id"] == "wiki-42"
     assert block_provenance({"text": "a context"})["block_id"] is None

@@ -5,10 +5,12 @@ import json
 import os
 import shutil
 
+import datasets
 import numpy as np
 import pytest
 
 from realm_hf import RealmForOpenQA
+from realm_hf.cli import main
 from realm_hf.retrieval.retriever import RealmRetriever
 from tests.support.tiny_model import DOCS, QUESTIONS, build_tiny_model
 
@@ -220,6 +222,39 @@ def test_data_file_added_to_the_corpus_is_refused(saves, model_dir):
     )
     with pytest.raises(ValueError, match=r"data-00001-of-00001.arrow.*does not list"):
         RealmForOpenQA.from_pretrained(model_dir)
+
+
+def test_the_corpus_opened_with_datasets_alone_keeps_the_directory_loadable(model_dir, capsys):
+    # The documented route (docs/saved-layout.md): datasets' map and filter write their cache files beside the corpus.
+    corpus_dir = model_dir / "retriever" / "corpus"
+    datasets.enable_caching()  # datasets' default (the suite turns it off)
+    try:
+        corpus = datasets.load_from_disk(str(corpus_dir))
+        lengths = corpus.map(lambda row: {"length": len(row["text"])})
+        assert len(lengths.filter(lambda row: row["length"] > 0)) == 6
+    finally:
+        datasets.disable_caching()
+    assert sorted(path.name for path in corpus_dir.glob("cache-*.arrow"))  # datasets wrote them there
+    assert len(RealmForOpenQA.from_pretrained(model_dir).retriever) == 6
+    assert len(RealmRetriever.from_pretrained(model_dir / "retriever")) == 6
+    # `realm-hf ask` and `realm-hf serve` load the directory through the same check.
+    assert main(["-q", "ask", QUESTIONS[0], "--model", str(model_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["question"] == QUESTIONS[0]
+    # A damaged file of the save is still caught, whatever datasets left beside it.
+    _invert(corpus_dir / "data-00000-of-00001.arrow", 300, count=16)
+    with pytest.raises(ValueError, match="sha256"):
+        RealmForOpenQA.from_pretrained(model_dir)
+
+
+def test_a_data_file_under_a_datasets_cache_name_that_the_corpus_reads_is_refused(saves, model_dir):
+    # Only files the saved corpus never reads pass under datasets' cache names: one its state.json names is checked.
+    corpus_dir = model_dir / "retriever" / "corpus"
+    shutil.copy(saves / "b" / "retriever" / "corpus" / "data-00000-of-00001.arrow", corpus_dir / "cache-0.arrow")
+    state = json.loads((corpus_dir / "state.json").read_text())
+    state["_data_files"].append({"filename": "cache-0.arrow"})
+    (corpus_dir / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="state.json"):
+        RealmForOpenQA.from_pretrained(model_dir, verify_checksums=False)
 
 
 # ------------------------------------------------------------------------------------------------------------------

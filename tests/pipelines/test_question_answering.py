@@ -37,9 +37,8 @@ def qa(tiny):
 def _check_open_answer(answer):
     assert set(answer) == {"answer", "score", "logit", "start", "end", "block"}
     block = answer["block"]
-    # The shared schema (docs/provenance.md), plus the legacy aliases `id` and `score` of the block.
-    assert set(block) == {*PROVENANCE_KEYS, "id", "score"}
-    assert block["id"] == block["block_id"] and block["score"] == block["retrieval_score"]
+    # The shared schema (docs/provenance.md): `score` is the answer's probability, never the block's.
+    assert set(block) == set(PROVENANCE_KEYS)
     assert block["text"][answer["start"] : answer["end"]] == answer["answer"]
     assert answer["answer"].strip()
     assert 0.0 < answer["score"] <= 1.0
@@ -259,7 +258,8 @@ def test_unknown_parameter_is_refused(qa):
 
 def test_classic_options_with_a_meaning_for_realm_are_accepted(qa):
     reference = qa(QUESTIONS[0], top_k=2)
-    # handle_impossible_answer=False asks for what REALM always does: an answer from a read block.
+    # handle_impossible_answer=False asks for what REALM does by default: an answer from a read block (True and its
+    # threshold: tests/models/test_openqa_answers.py).
     assert qa(QUESTIONS[0], top_k=2, handle_impossible_answer=False) == reference
     # max_question_len is the classic name of max_question_length.
     assert qa(QUESTIONS[0], top_k=2, max_question_len=64) == reference
@@ -278,7 +278,6 @@ def test_classic_options_with_a_meaning_for_realm_are_accepted(qa):
         ("max_seq_len", 384, "reader_seq_len"),
         ("padding", True, "pads each batch itself"),
         ("topk", 2, "use `top_k`"),
-        ("handle_impossible_answer", True, "no 'no answer' option"),
         ("align_to_words", "yes", "True or False"),
     ],
 )

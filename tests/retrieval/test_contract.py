@@ -9,8 +9,10 @@ import torch
 from realm_hf import RealmRetriever, ShardedRealmRetriever
 from realm_hf.retrieval.contract import Retriever
 from tests.support.paths import CORPUS_VOCAB
+from tests.support.retrieval import TinyEmbedder, embed_questions, structured_vectors
 
 DIM = 8
+QUESTION_TEXTS = ["where is velmora?", "who built the steam engine?", "what do people eat on the island?"]
 
 
 def contract_members() -> set[str]:
@@ -73,9 +75,52 @@ def test_the_search_output_carries_the_token_ids_of_its_blocks():
     assert swapped.blocks[0][0] == out.blocks[0][1]
 
 
-@pytest.mark.parametrize("bad", [None, "who wrote unix?"])
+@pytest.mark.parametrize("bad", [None, b"who wrote unix?"])
 def test_search_names_question_embeddings_that_are_no_numbers(tiny, bad):
-    # Before: None became a NaN vector, refused as "the question embedder's weights have diverged"; a string failed
-    # with numpy's "could not convert string to float".
+    # Before: None became a NaN vector, refused as "the question embedder's weights have diverged"; bytes failed
+    # with numpy's "could not convert string to float" (a string is a question text, embedded: below).
     with pytest.raises(TypeError, match="`projected_score`"):
         tiny[0].retriever.search(bad, k=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Question texts or embeddings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_search_takes_question_texts_embedded_as_their_embeddings(retriever, embedder, tokenizer):
+    by_text = retriever.search(QUESTION_TEXTS, k=4)
+    by_embedding = retriever.search(embed_questions(embedder, tokenizer, QUESTION_TEXTS), k=4)
+    assert torch.equal(by_text.block_ids, by_embedding.block_ids)
+    torch.testing.assert_close(by_text.scores, by_embedding.scores)
+    # One string is a batch of one; the output type is the same.
+    one = retriever.search(QUESTION_TEXTS[0], k=4)
+    assert type(one) is type(by_text) and torch.equal(one.block_ids, by_text.block_ids[:1])
+    # The embedder's mode is left as it was.
+    embedder.train()
+    try:
+        assert torch.equal(retriever.search(QUESTION_TEXTS, k=4).block_ids, by_text.block_ids)
+        assert embedder.training
+    finally:
+        embedder.eval()
+
+
+def test_question_texts_need_an_embedder_and_are_checked(tokenizer):
+    vectors = structured_vectors(20, 16)
+    bare = RealmRetriever.from_embeddings(vectors, [f"text {i}" for i in range(20)], tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=r"no question embedder.*model.set_retriever\(retriever\)"):
+        bare.search("where is velmora?", k=2)
+    bare.question_embedder = TinyEmbedder(len(tokenizer))
+    assert bare.search("where is velmora?", k=2).block_ids.shape == (1, 2)
+    with pytest.raises(TypeError, match="not both in one list"):
+        bare.search(["where is velmora?", vectors[0]], k=2)
+    with pytest.raises(ValueError, match=r"questions\[1\]: Empty question"):
+        bare.search(["where is velmora?", "  "], k=2)
+    with pytest.raises(ValueError, match="given twice"):
+        bare.search(["where is velmora?"], k=2, questions=["where is velmora?"])
+
+
+def test_a_sharded_corpus_takes_question_texts_with_its_shards_embedder(retriever, embedder):
+    sharded = ShardedRealmRetriever.from_retriever(retriever, num_shards=2)
+    assert sharded.question_embedder is embedder and sharded.to_retriever().question_embedder is embedder
+    assert torch.equal(sharded.search(QUESTION_TEXTS, k=3).block_ids, retriever.search(QUESTION_TEXTS, k=3).block_ids)

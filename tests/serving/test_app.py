@@ -15,6 +15,7 @@ import time
 import pytest
 
 import realm_hf
+from realm_hf.models.openqa_answers import DEFAULT_NO_ANSWER_THRESHOLD
 from realm_hf.models.provenance import PROVENANCE_KEYS
 from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.serving import RealmQAService, WriteRefused
@@ -25,7 +26,7 @@ gradio = pytest.importorskip("gradio", reason="realm-hf[serve] is not installed 
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from realm_hf.serving import build_app  # noqa: E402
+from realm_hf.serving import answers_html, build_app  # noqa: E402
 
 TOKEN = "test-write-token"
 QUESTION = "who wrote unix?"
@@ -47,7 +48,8 @@ def _tiny_served_model(tmp_dir):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     model = _tiny_served_model(str(tmp_path_factory.mktemp("serve")))
-    app = build_app(model, write_token=TOKEN, top_k=3, title="Tiny REALM")
+    # The tiny model's reader is random (its best spans score ~0.01-0.03): served with no threshold, it answers.
+    app = build_app(model, write_token=TOKEN, top_k=3, title="Tiny REALM", no_answer_threshold=0)
     _, url, _ = app.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         yield model, app, url
@@ -62,7 +64,15 @@ def client(served):
 
 def _comparable(records):
     return [
-        (r["question"], r["rank"], r["answer"], round(r["score"], 5), r["start"], r["end"], r["block"]["block_id"])
+        (
+            r["question"],
+            r["rank"],
+            r["answer"],
+            round(r["score"], 5),
+            r["start"],
+            r["end"],
+            (r["block"] or {}).get("block_id"),
+        )
         for r in records
     ]
 
@@ -202,9 +212,58 @@ def test_the_answers_html_escapes_corpus_text_and_marks_the_span():
     assert "&lt;b&gt;Unix&lt;/b&gt; was written by <mark" in page
     assert ">Ken Thompson</mark> &amp; Dennis Ritchie ${1+1} {{value}}." in page
     assert "p = 0.250" in page and "Unix &lt;script&gt;" in page and "doc_id &lt;i&gt;unix&lt;/i&gt;" in page
+    assert "retrieval score 1.00" in page  # each source with its retrieval score, beside the answer's probability
     # No offsets (a slow tokenizer): the text without a highlight; no span found: said so.
     assert "<mark" not in answers_html([{**record, "start": None, "end": None, "block": block}])
     assert "No answer found" in answers_html([{**record, "answer": "", "block": None}])
+
+
+def test_a_question_the_reader_is_unsure_of_gets_no_answer_with_its_probability(served):
+    model = served[0]
+    best = model.answer(QUESTION)
+    assert best["score"] < DEFAULT_NO_ANSWER_THRESHOLD  # the tiny reader is random
+    service = RealmQAService(model)  # the served default: config.no_answer_threshold, else 0.1
+    assert service.no_answer_threshold == DEFAULT_NO_ANSWER_THRESHOLD
+    (record,) = service.answer(QUESTION, 3)
+    assert (record["rank"], record["answer"], record["block"]) == (1, "", None)
+    assert record["score"] == pytest.approx(best["score"], abs=1e-5)  # the declined span's probability
+    page = answers_html([record], service.no_answer_threshold)
+    assert "No answer" in page and f"p = {best['score']:.3f}" in page and "threshold (0.1)" in page
+    # A model's own threshold is the served default; 0 answers every question.
+    model.config.no_answer_threshold = best["score"] / 2
+    try:
+        assert RealmQAService(model).answer(QUESTION, 1)[0]["answer"] == best["answer"]
+    finally:
+        model.config.no_answer_threshold = None
+    assert RealmQAService(model, no_answer_threshold=0).answer(QUESTION, 1)[0]["answer"] == best["answer"]
+
+
+def test_an_error_replaces_the_previous_answers_on_the_page(served):
+    from realm_hf.serving.app import _page_answers
+
+    service = served[1].realm_service
+    page, records = _page_answers(service, QUESTION, 2)
+    assert "realm-answer" in page and len(records) == 2
+    # The page's outputs are replaced whole: the error, and no records left from the question before.
+    page, records = _page_answers(service, "   ", 2)
+    assert records == [] and "realm-error" in page and "Empty question" in page and "realm-answer" not in page
+
+
+def _untrained_notices(app):
+    return [block for block in app.blocks.values() if getattr(block, "elem_id", None) == "untrained-notice"]
+
+
+def test_the_page_says_when_the_reader_was_never_trained(served):
+    model = served[0]
+    assert _untrained_notices(served[1]) == []  # a trained reader: no notice
+    model.config.reader_trained = False
+    try:
+        app = build_app(model, no_answer_threshold=0)
+    finally:
+        model.config.reader_trained = True
+    (notice,) = _untrained_notices(app)
+    assert "reader was never trained" in notice.value and "realm-hf train" in notice.value
+    assert not app.realm_service.reader_trained
 
 
 def test_serve_help_imports_nothing_heavy():

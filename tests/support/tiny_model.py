@@ -92,4 +92,6 @@ def assert_same_model_answers(got, expected):
         assert a["block"]["block_id"] == b["block"]["block_id"]
         assert a["score"] == pytest.approx(b["score"], abs=1e-5)
         assert [r["block_id"] for r in a["retrieved"]] == [r["block_id"] for r in b["retrieved"]]
-        assert [r["score"] for r in a["retrieved"]] == pytest.approx([r["score"] for r in b["retrieved"]], abs=1e-5)
+        assert [r["retrieval_score"] for r in a["retrieved"]] == pytest.approx(
+            [r["retrieval_score"] for r in b["retrieved"]], abs=1e-5
+        )

@@ -197,6 +197,76 @@ def test_lora_model_trains_with_realm_openqa_trainer(tmp_path):
     assert "eval_exact_match" in metrics and "eval_f1" in metrics
 
 
+def fresh_reader_model():
+    """The fixture model as `init_from_bert` leaves a reader: its span head never trained (random)."""
+    model = load_base()
+    torch.manual_seed(0)
+    for module in model.reader.qa_outputs.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)):
+            module.reset_parameters()
+    model.config.reader_trained = False
+    return model
+
+
+def train_steps(peft_model, tmp_path, steps=2):
+    import datasets
+    from transformers import TrainingArguments
+
+    from realm_hf.training.openqa import RealmOpenQATrainer
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=steps,
+        learning_rate=1e-2,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = RealmOpenQATrainer(model=peft_model, args=args, train_dataset=datasets.Dataset.from_list(QUESTIONS))
+    return trainer.train()
+
+
+def test_lora_on_a_never_trained_reader_trains_its_span_head_in_full(tmp_path):
+    model = fresh_reader_model()
+    start = {k: v.detach().clone() for k, v in model.reader.qa_outputs.state_dict().items()}
+    peft_model = add_lora(model, r=2)
+    trainable = lora_parameter_names(peft_model)
+    # The adapters, and the whole span head (peft's modules_to_save), as a new task head trains in peft.
+    assert any("lora_" in name for name in trainable)
+    head = [name for name in trainable if "qa_outputs" in name]
+    assert head and all("modules_to_save" in name for name in head)
+    assert peft_model.peft_config["default"].modules_to_save == ["qa_outputs"]
+    assert train_steps(peft_model, tmp_path).global_step == 2
+    assert model.config.reader_trained is True  # the span head trained
+    save_adapter(peft_model, tmp_path / "adapter")
+    assert any("qa_outputs" in key for key in load_file(str(tmp_path / "adapter" / "adapter_model.safetensors")))
+    merged = merge_adapter(peft_model)
+    trained = merged.reader.qa_outputs.state_dict()
+    assert set(trained) == set(start)  # the head is a plain module again, with the trained weights
+    assert any(not torch.equal(trained[k], start[k]) for k in start)
+    merged.save_pretrained(tmp_path / "merged")
+    assert RealmForOpenQA.from_pretrained(tmp_path / "merged").config.reader_trained is True
+
+
+def test_a_frozen_span_head_of_a_never_trained_reader_is_refused_or_not_marked_trained(tmp_path):
+    from realm_hf.training.openqa import mark_reader_trained
+
+    with pytest.raises(ValueError, match="modules_to_save") as refused:
+        add_lora(fresh_reader_model(), r=2, modules_to_save=[])
+    assert "qa_outputs" in str(refused.value) and "reader_trained=False" in str(refused.value)
+    assert add_lora(fresh_reader_model(), r=2, modules_to_save=["reader.qa_outputs"])  # named by its path: fine
+    # Adapters on the attention alone (a reader already trained, the flag cleared by hand): not a trained span head.
+    model = load_base()
+    peft_model = add_lora(model, r=2)
+    assert not any("qa_outputs" in name for name in lora_parameter_names(peft_model))
+    model.config.reader_trained = False
+    assert mark_reader_trained(peft_model) is False and model.config.reader_trained is False
+    train_steps(peft_model, tmp_path, steps=1)
+    assert model.config.reader_trained is False
+
+
 def test_bad_adapter_inputs_are_refused(tmp_path):
     model = load_base()
     with pytest.raises(ValueError, match="peft model"):
@@ -205,5 +275,9 @@ def test_bad_adapter_inputs_are_refused(tmp_path):
         merge_adapter(model)
     with pytest.raises(OSError, match="adapter_config.json"):
         load_adapter(model, tmp_path)
-    with pytest.raises(ValueError, match="rank"):
+    with pytest.raises(ValueError, match="rank `r`"):
         add_lora(model, r=0)
+    with pytest.raises(ValueError, match="`alpha`"):
+        add_lora(model, alpha=0)
+    with pytest.raises(ValueError, match="`dropout`"):
+        add_lora(model, dropout=1.0)

@@ -40,6 +40,23 @@ def test_collator_batches_questions_and_answers():
         collator([{"question": " ", "answers": ["x"]}])
 
 
+def test_a_plain_trainer_with_default_arguments_is_told_to_keep_the_columns(tmp_path):
+    from transformers import Trainer
+
+    model = make_model(train_document_embedder=False)
+    dataset = datasets.Dataset.from_list(QUESTIONS)
+    collator = DataCollatorForOpenQA(model.retriever.tokenizer)
+    # transformers' default drops the `question` column (the forward names `questions`): a bare KeyError before.
+    trainer = Trainer(
+        model=model, args=training_args(tmp_path, max_steps=2), train_dataset=dataset, data_collator=collator
+    )
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        trainer.train()
+    args = training_args(tmp_path, max_steps=2, remove_unused_columns=False)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
+    assert trainer.train().global_step == 2
+
+
 def full_batch_loss(model):
     collator = DataCollatorForOpenQA(model.retriever.tokenizer)
     # Training mode: retrieval over the searcher beam, the loss the optimizer sees (dropout is off in these tests).

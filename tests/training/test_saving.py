@@ -146,6 +146,28 @@ def test_resume_from_a_pickle_free_checkpoint_ends_where_an_uninterrupted_run_do
     )
 
 
+def test_resume_warns_of_no_missing_keys_for_tied_weights(tmp_path, monkeypatch):
+    import transformers.trainer
+
+    run = trainer(tmp_path / "run", max_steps=1)
+    run.train()
+    warnings = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warnings.append(str(message)))
+    resumed = trainer(tmp_path / "run", max_steps=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    # The heads' decoder.bias is saved once (tied): "There were missing keys ... decoder.bias" was printed.
+    assert not [w for w in warnings if "missing keys" in w], warnings
+    model = resumed.model
+    assert model.reader.cls.predictions.decoder.bias is model.reader.cls.predictions.bias  # tied again
+    # A key that is really missing is still named.
+    from types import SimpleNamespace
+
+    resumed._issue_warnings_after_load(
+        SimpleNamespace(missing_keys=["reader.qa_outputs.dense_output.weight"], unexpected_keys=[])
+    )
+    assert any("reader.qa_outputs.dense_output.weight" in w for w in warnings)
+
+
 def test_every_realm_hf_trainer_checkpoints_without_pickle():
     import importlib
     import pkgutil

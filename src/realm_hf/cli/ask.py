@@ -40,6 +40,8 @@ def _answer_batches(qa, questions: list[str], args):
         call_kwargs["max_answer_len"] = args.max_answer_len
     if args.context is not None:
         call_kwargs["context"] = args.context
+    if args.no_answer_threshold is not None:
+        call_kwargs["no_answer_threshold"] = args.no_answer_threshold
     chunks = range(0, len(questions), args.batch_size)
     for start in progress(chunks, desc="Answering", unit="batch", disable=len(chunks) < 2, leave=False):
         results = []
@@ -49,7 +51,7 @@ def _answer_batches(qa, questions: list[str], args):
         yield results
 
 
-def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
+def _write(out, question: str, answers: list[dict], as_json: bool, threshold: float | None = None) -> None:
     if as_json:
         for rank, answer in enumerate(answers, 1):
             record = {"question": question, "rank": rank}
@@ -59,7 +61,14 @@ def _write(out, question: str, answers: list[dict], as_json: bool) -> None:
     out.write(f"Q: {question}\n")
     for rank, answer in enumerate(answers, 1):
         if not answer.get("answer"):
-            out.write("   (no answer)\n")
+            if threshold is not None and answer.get("score", 0.0) > 0.0:
+                # Say why: a declined span, not a question nothing was read for.
+                out.write(
+                    f"   (no answer: the best span's probability {answer['score']:.3f} is under the threshold "
+                    f"{threshold:g})\n"
+                )
+            else:
+                out.write("   (no answer)\n")
             continue
         prefix = "A:" if len(answers) == 1 else f"{rank:>2}."
         block = answer.get("block")
@@ -90,6 +99,9 @@ def run(args) -> int:
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
     check_int8_device(dtype, model)
     qa = _pipeline(model, args)
+    from ..models.openqa_answers import resolve_no_answer_threshold
+
+    threshold = resolve_no_answer_threshold(model.config, args.no_answer_threshold)
     # Bad lines are reported, with where they are, and the others answered: one bad line never costs the rest.
     problems = {i: problem for i, (_, _, problem) in enumerate(items) if problem is not None}
     readable = [i for i in range(len(items)) if i not in problems]
@@ -103,7 +115,7 @@ def run(args) -> int:
     # Written batch by batch: answers already computed are printed even if a later batch fails.
     for results in _answer_batches(qa, [items[i][1] for i in good], args) if good else ():
         for answers in results:
-            _write(out, items[good[done]][1], answers, args.json)
+            _write(out, items[good[done]][1], answers, args.json, threshold)
             done += 1
         out.flush()
     if problems:

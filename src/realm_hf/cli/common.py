@@ -440,11 +440,18 @@ def _command(name: str):
     return importlib.import_module(f"{__package__}.{name}")
 
 
+def _warnings_or_realm_hf(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name.split(".")[0] == "realm_hf"
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run the command `args.command` with the parsed `args`. Returns the exit status (0 on success, 2 on bad input)."""
     State.quiet = bool(args.quiet)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+        # A library that sets its own logger to DEBUG (bm25s does, when imported) would print through this handler:
+        # below WARNING, only realm-hf's records (governed by transformers' verbosity) reach the terminal.
+        logging.getLogger().handlers[0].addFilter(_warnings_or_realm_hf)
     try:
         with library_progress_bars(enabled=not State.quiet):
             return _command(args.command).run(args)

@@ -393,6 +393,8 @@ def load_qa(path: str, question_column: str, answers_column: str | None, separat
         data["answers"] = answers
     if "doc_id" in columns:  # the document that answers each question: the reader warm-up reads its block
         data["doc_id"] = list(get("doc_id"))
+    if "id" in columns:  # the question's own id: `evaluate --run-file` writes it as the TREC query id
+        data["id"] = [None if value is None else str(value) for value in get("id")]
     if not data["question"]:
         raise CLIError(f"{path} holds no questions.")
     return datasets.Dataset.from_dict(data)

@@ -45,6 +45,7 @@ def run(args) -> int:
         write_token=args.write_token,
         top_k=args.top_k,
         num_blocks=args.num_blocks,
+        no_answer_threshold=args.no_answer_threshold,
         title=args.title,
         concurrency=args.concurrency,
         allowed_hosts=args.allowed_host or (),
@@ -63,5 +64,8 @@ def run(args) -> int:
             file=sys.stderr,
         )
     info(f"Serving {args.model} at http://{args.host}:{args.port} (Ctrl+C stops); document writes are {writes}.")
+    threshold = app.realm_service.no_answer_threshold
+    if threshold:
+        info(f"Answers whose probability is under {threshold:g} show as 'no answer' (--no-answer-threshold 0: never).")
     app.launch(server_name=args.host, server_port=args.port, quiet=State.quiet, share=False)
     return EXIT_OK

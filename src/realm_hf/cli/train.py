@@ -64,6 +64,7 @@ _RUNTIME_CONFIG_KEYS = (
     "rerank_beam_size",
     "skip_answers_in_question",
     "answer_block_prior",
+    "no_answer_threshold",
 )
 
 
@@ -184,10 +185,7 @@ def _train_finetune(config: dict, args) -> dict:
         from ..training.lora import add_lora
 
         if not isinstance(lora, dict):
-            lora = {}
-        unknown = sorted(set(lora) - {"r", "alpha", "dropout", "targets", "target_modules"})
-        if unknown:
-            raise CLIError(f"Unknown lora option(s): {', '.join(unknown)}.")
+            lora = {}  # its keys and values were checked when the config was read (train_config.py)
         if config.get("train_document_embedder") and "document_embedder" not in (lora.get("targets") or ()):
             logger.warning(
                 "With LoRA only the adapted components train: the document embedder stays frozen unless "

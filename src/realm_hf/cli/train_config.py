@@ -6,6 +6,7 @@ read, so that a typo fails in a second, not after the corpus is embedded.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Sequence
@@ -196,16 +197,51 @@ def check_config_values(config: dict, path: str = "config") -> None:
         raise CLIError(f"{path}: output_dir {output_dir!r} is a file: give a directory.")
 
 
+#: The keys of the config's `lora:` section (the arguments of `realm_hf.training.lora.add_lora` it passes on).
+LORA_KEYS = ("r", "alpha", "dropout", "targets", "target_modules", "modules_to_save")
+_LORA_SYNONYMS = {
+    "rank": "r",
+    "lora_r": "r",
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
+    "components": "targets",
+}
+_ATTENTION_PROJECTIONS = ("query", "key", "value", "dense")
+
+
 def _check_lora(lora: dict, path: str) -> None:
+    unknown = sorted(set(lora) - set(LORA_KEYS))
+    if unknown:
+        # peft's own names first (`lora_alpha`), then spelling.
+        close = _LORA_SYNONYMS.get(unknown[0]) or next(
+            iter(difflib.get_close_matches(unknown[0], LORA_KEYS, n=1)), None
+        )
+        hint = f" (did you mean lora.{close}?)" if close else ""
+        raise CLIError(
+            f"{path}: unknown lora option(s) {', '.join(unknown)}{hint}; lora takes {', '.join(LORA_KEYS)}."
+        )
     for key, ok, what in (
         ("r", _is_int, "an integer"),
         ("alpha", lambda v: _is_int(v) or isinstance(v, float), "a number"),
         ("dropout", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)), "a number"),
         ("targets", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of names"),
         ("target_modules", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of names"),
+        ("modules_to_save", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v), "a list of names"),
     ):
         if key in lora and not ok(lora[key]):
             raise CLIError(f"{path}: lora.{key} must be {what}, got {lora[key]!r}.")
+    unknown_projections = sorted(set(lora.get("target_modules") or ()) - set(_ATTENTION_PROJECTIONS))
+    if unknown_projections:
+        raise CLIError(
+            f"{path}: lora.target_modules {unknown_projections} are not attention projections: use "
+            f"{', '.join(_ATTENTION_PROJECTIONS)}."
+        )
+    from ..training.lora import check_lora_options  # the values add_lora takes, checked before any model loads
+
+    try:
+        check_lora_options(**{key: lora[key] for key in ("r", "alpha", "dropout") if key in lora})
+    except ValueError as err:
+        raise CLIError(f"{path}: lora: {err}") from None
 
 
 def checked_training_args(values: dict, where: str) -> dict:

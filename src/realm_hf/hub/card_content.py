@@ -211,7 +211,7 @@ def usage_text(task: CardTask, model_id: str, question: str) -> str:
         'print(answer["answer"], answer["score"], answer["block"]["title"])\n\n'
         "# Several answers, each with the block it was read from:\n"
         f"for candidate in qa({json.dumps(question)}, top_k=3):\n"
-        '    print(candidate["answer"], candidate["block"]["id"])\n'
+        '    print(candidate["answer"], candidate["block"]["block_id"])\n'
         "```\n\n"
         '`transformers.pipeline("realm-question-answering", model=...)` works too once `realm_hf` is imported; '
         "`RealmForOpenQA.from_pretrained(...)` gives the model with its corpus and index."

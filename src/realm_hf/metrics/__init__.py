@@ -1,12 +1,14 @@
-"""Open-QA metrics: exact match and F1 with SQuAD answer normalisation, and retrieval recall@k.
+"""Open-QA metrics: exact match and F1 with SQuAD answer normalisation, and retrieval recall@k, MRR@k and nDCG@k.
 
-The functions here are the single source of truth; the `evaluate` metric module in `metrics/realm_qa/`
-(loaded with [`load_realm_qa_metric`], which works offline) calls them.
+The functions here are the single source of truth; the `evaluate` metric module in `metrics/realm_qa/` calls them.
+Load it offline with `evaluate.load(realm_hf.metrics.REALM_QA_METRIC_PATH)` (or [`load_realm_qa_metric`]):
+`evaluate.load("squad")` needs the Hub.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import numbers
 import os
 import re
@@ -15,17 +17,22 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "REALM_QA_METRIC_PATH",
+    "answer_mrr_at_k",
+    "answer_ndcg_at_k",
     "answer_recall_at_k",
     "compute_qa_metrics",
     "exact_match_score",
     "f1_score",
     "has_answer",
     "load_realm_qa_metric",
+    "mrr_at_k",
+    "ndcg_at_k",
     "normalize_answer",
     "recall_at_k",
 ]
 
-#: Directory of the local `evaluate` metric script (`evaluate.load(REALM_QA_METRIC_PATH)`).
+#: Directory of the local `evaluate` metric module, `realm_qa` (exact match and F1): `evaluate.load(REALM_QA_METRIC_PATH)`
+#: works offline, where `evaluate.load("squad")` needs the Hub.
 REALM_QA_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "realm_qa")
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", flags=re.UNICODE)
@@ -242,6 +249,104 @@ def recall_at_k(
     return _recall_from_first_hits(first_hits, ks)
 
 
+def _block_relevance(retrieved_block_ids, gold_block_ids) -> tuple[list[list[bool]], list[int]]:
+    """Per question: whether each retrieved block is a gold one, and how many gold blocks the question has."""
+    if len(retrieved_block_ids) != len(gold_block_ids):
+        raise ValueError(f"Got {len(retrieved_block_ids)} retrievals for {len(gold_block_ids)} gold entries.")
+    relevance, totals = [], []
+    for question, (retrieved, gold) in enumerate(zip(retrieved_block_ids, gold_block_ids)):
+        gold_set = _gold_id_set(gold, question)
+        if hasattr(retrieved, "tolist"):
+            retrieved = retrieved.tolist()
+        if isinstance(retrieved, (str, bytes)) or not isinstance(retrieved, Iterable):
+            raise TypeError(
+                f"`retrieved_block_ids` holds one list of block ids per question; question {question} has "
+                f"{retrieved!r:.80}. For one question pass `[ids]`."
+            )
+        relevance.append([int(b) in gold_set for b in retrieved])
+        totals.append(len(gold_set))
+    return relevance, totals
+
+
+def _answer_relevance(retrieved_texts, answers, depth: int | None) -> list[list[bool]]:
+    """Per question: whether each of its first `depth` (`None`: all) retrieved blocks holds a gold answer."""
+    if len(retrieved_texts) != len(answers):
+        raise ValueError(f"Got {len(retrieved_texts)} retrievals for {len(answers)} answer lists.")
+    relevance = []
+    for question, (texts, golds) in enumerate(zip(retrieved_texts, answers)):
+        if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
+            raise TypeError(
+                f"`retrieved_texts` holds one list of block texts per question; question {question} has a "
+                f"{type(texts).__name__}. For one retrieved block per question pass `[[text], ...]`."
+            )
+        relevance.append([has_answer(t, golds) for t in texts[:depth]])
+    return relevance
+
+
+def _mrr(relevance: list[list[bool]], ks: list[int]) -> dict[str, float]:
+    n = len(relevance)
+    first = [next((rank for rank, hit in enumerate(row) if hit), None) for row in relevance]
+    return {f"mrr@{k}": (sum(1.0 / (r + 1) for r in first if r is not None and r < k) / n if n else 0.0) for k in ks}
+
+
+def _ndcg(relevance: list[list[bool]], relevant_counts: list[int], ks: list[int]) -> dict[str, float]:
+    n = len(relevance)
+    scores = {}
+    for k in ks:
+        total = 0.0
+        for row, count in zip(relevance, relevant_counts):
+            ideal = sum(1.0 / math.log2(rank + 2) for rank in range(min(k, count)))
+            if ideal:
+                total += sum(1.0 / math.log2(rank + 2) for rank, hit in enumerate(row[:k]) if hit) / ideal
+        scores[f"ndcg@{k}"] = total / n if n else 0.0
+    return scores
+
+
+def mrr_at_k(
+    retrieved_block_ids: Sequence[Sequence[int]],
+    gold_block_ids: Sequence[int | Iterable[int]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Mean reciprocal rank by block id: the mean over questions of 1 / (the rank of the first gold block among the top
+    `k` retrieved), 0 for a question with none there.
+
+    Args:
+        retrieved_block_ids (`Sequence[Sequence[int]]`): For each question, retrieved block ids, best first.
+        gold_block_ids (`Sequence[int | Iterable[int]]`): For each question, its gold block id or ids.
+        ks (`Iterable[int]`, *optional*, defaults to `(1, 5, 10, 20, 50, 100)`): Cut-offs.
+
+    Returns:
+        `dict[str, float]`: `{"mrr@k": value in [0, 1]}` for each `k` (0.0 when there are no questions).
+    """
+    ks = _check_ks(ks)
+    relevance, _ = _block_relevance(retrieved_block_ids, gold_block_ids)
+    return _mrr(relevance, ks)
+
+
+def ndcg_at_k(
+    retrieved_block_ids: Sequence[Sequence[int]],
+    gold_block_ids: Sequence[int | Iterable[int]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Normalised discounted cumulative gain by block id, with binary gains (a gold block 1, any other 0): DCG@k =
+    sum over the top `k` of gain / log2(rank + 1), divided by the DCG of the ideal ranking (every gold block first).
+
+    Args:
+        retrieved_block_ids (`Sequence[Sequence[int]]`): For each question, retrieved block ids, best first.
+        gold_block_ids (`Sequence[int | Iterable[int]]`): For each question, its gold block id or ids; a question
+            without one scores 0.
+        ks (`Iterable[int]`, *optional*, defaults to `(1, 5, 10, 20, 50, 100)`): Cut-offs.
+
+    Returns:
+        `dict[str, float]`: `{"ndcg@k": value in [0, 1]}` for each `k`.
+    """
+    ks = _check_ks(ks)
+    relevance, totals = _block_relevance(retrieved_block_ids, gold_block_ids)
+    return _ndcg(relevance, totals, ks)
+
+
 def _recall_from_first_hits(first_hits: list[int | None], ks: list[int]) -> dict[str, float]:
     n = len(first_hits)
     return {f"recall@{k}": (sum(1 for r in first_hits if r is not None and r < k) / n if n else 0.0) for k in ks}
@@ -302,6 +407,45 @@ def answer_recall_at_k(
             )
         first_hits.append(next((rank for rank, t in enumerate(texts[:max_k]) if has_answer(t, golds)), None))
     return {f"answer_{key}": value for key, value in _recall_from_first_hits(first_hits, ks).items()}
+
+
+def answer_mrr_at_k(
+    retrieved_texts: Sequence[Sequence[str]],
+    answers: Sequence[str | Sequence[str]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Answer MRR@k: the mean over questions of 1 / (the rank of the first retrieved block among the top `k` that holds a
+    gold answer, [`has_answer`]), 0 for a question with none there. The ranking counterpart of
+    [`answer_recall_at_k`], usable without gold block ids.
+
+    Returns:
+        `dict[str, float]`: `{"answer_mrr@k": value in [0, 1]}` for each `k`.
+    """
+    ks = _check_ks(ks)
+    return {
+        f"answer_{key}": value for key, value in _mrr(_answer_relevance(retrieved_texts, answers, ks[-1]), ks).items()
+    }
+
+
+def answer_ndcg_at_k(
+    retrieved_texts: Sequence[Sequence[str]],
+    answers: Sequence[str | Sequence[str]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """
+    Answer nDCG@k, with binary gains: a retrieved block that holds a gold answer ([`has_answer`]) gains 1. Open-QA
+    data names no gold blocks, so the ideal ranking is that of the retrieved blocks themselves (every answer-holding
+    block of the given list first): the metric measures how high retrieval ranks the answer-holding blocks it found,
+    and a question whose list holds none scores 0. Pass the same depth of retrieved blocks for every model compared.
+
+    Returns:
+        `dict[str, float]`: `{"answer_ndcg@k": value in [0, 1]}` for each `k`.
+    """
+    ks = _check_ks(ks)
+    relevance = _answer_relevance(retrieved_texts, answers, None)  # the whole list: its answer-holding blocks
+    counts = [sum(row) for row in relevance]
+    return {f"answer_{key}": value for key, value in _ndcg(relevance, counts, ks).items()}
 
 
 def load_realm_qa_metric(**kwargs):

@@ -104,6 +104,13 @@ class RealmConfig(PreTrainedConfig):
             -rank + const, for a retriever whose order the inner products do not follow, such as hybrid retrieval's
             BM25 + dense reciprocal-rank fusion (`retriever.use_bm25(mode="rrf")`), where the inner products would
             undo the fusion when the reader picks a block. Training always uses the retrieval scores.
+        no_answer_threshold (`float`, *optional*):
+            Answering only (as `skip_answers_in_question`): the span probability (an answer's `score`) under which
+            [`RealmForOpenQA.answer`], the question-answering pipeline, `realm-hf ask` and `realm-hf serve` return "no
+            answer" (`answer` `""`, `block` `None`) instead of the best span. `None` (default) is REALM's behaviour:
+            always the best span. A per-call `no_answer_threshold` (or the pipeline's `handle_impossible_answer`)
+            overrides it; `bench/abstention.py` measures the answered share against the EM of what is answered for
+            a few thresholds, from which a model's own is chosen.
         retriever_pooling (`str`, *optional*, defaults to `"cls"`):
             How the embedders turn an encoded text into the vector they project: `"cls"`, REALM's [CLS] pooler
             output (dense + tanh), or `"mean"`, the mean of the last hidden states over the attention mask, the
@@ -230,6 +237,7 @@ class RealmConfig(PreTrainedConfig):
         self.rerank_beam_size = rerank_beam_size
         self.skip_answers_in_question = _pop_flag(kwargs, "skip_answers_in_question", False)
         self.answer_block_prior = _pop_choice(kwargs, "answer_block_prior", "retrieval", ANSWER_BLOCK_PRIORS)
+        self.no_answer_threshold = check_no_answer_threshold(kwargs.pop("no_answer_threshold", None))
         self.retriever_pooling = _pop_choice(kwargs, "retriever_pooling", "cls", RETRIEVER_POOLING_MODES)
         self.reader_trained = _pop_flag(kwargs, "reader_trained", True)
         base_model = kwargs.pop("base_model", None)
@@ -324,6 +332,21 @@ def _check_reader_fields(reader_beam_size, max_span_width, reader_seq_len, searc
         )
 
 
+def check_no_answer_threshold(value, name: str = "no_answer_threshold") -> float | None:
+    """
+    `value` as a `float` in [0, 1] (a span probability), or `None`; else a `ValueError` naming `name`. 0 never
+    abstains; `True` is refused (it would silently mean 1, abstaining on every question).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"`{name}` must be a span probability from 0 to 1 (answers scored under it become 'no answer'; 0 never "
+            f"abstains), got {value!r}."
+        )
+    return float(value)
+
+
 def _pop_flag(kwargs: dict, name: str, default: bool) -> bool:
     """`kwargs[name]` (removed) or `default`, checked to be a bool."""
     value = kwargs.pop(name, default)
@@ -357,4 +380,4 @@ ANSWER_BLOCK_PRIORS = ("retrieval", "rank")
 _BERT_FAMILY = {"bert"}
 
 
-__all__ = ["RealmConfig"]
+__all__ = ["RealmConfig", "check_no_answer_threshold"]

@@ -29,6 +29,7 @@ from .openqa_answers import (
     check_finite_reader_logits,
     collect_answers,
     read_results,
+    resolve_no_answer_threshold,
 )
 from .provenance import block_provenance
 from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
@@ -484,6 +485,8 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         num_blocks: int | None = None,
         dtype: str | torch.dtype | None = None,
         top_k: int | None = None,
+        align_to_words: bool = True,
+        no_answer_threshold: float | None = None,
     ):
         r"""
         Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
@@ -513,6 +516,15 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 span texts across the read blocks, best first, each at most `config.max_span_width` wordpieces (fewer
                 when the blocks hold fewer). Each question then gets a list of answer dicts (a list of such lists for
                 a list of questions). Without it, one answer dict per question.
+            align_to_words (`bool`, *optional*, defaults to `True`): Widen each answer to whole words (a wordpiece
+                span may start or end inside a word: "Ken Thom" becomes "Ken Thompson"), as the classic
+                question-answering pipeline does. Needs a fast tokenizer's character offsets; with a slow tokenizer
+                the wordpieces are decoded.
+            no_answer_threshold (`float`, *optional*, defaults to `config.no_answer_threshold`): Answer "no answer"
+                (`answer` `""`, `block` `None`, `score` the best span's probability) when the best span's
+                probability is under this; with `top_k`, spans under it are dropped and a question left with none
+                gets one "no answer". `None` (and a config without one): always the best span, as REALM answers; 0
+                never abstains.
 
         Returns:
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
@@ -525,6 +537,9 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         if top_k is not None:
             top_k = check_positive_int(top_k, "top_k")
         check_max_question_length(max_question_length)
+        if not isinstance(align_to_words, bool):
+            raise ValueError(f"`align_to_words` must be True or False, got {align_to_words!r}.")
+        no_answer_threshold = resolve_no_answer_threshold(self.config, no_answer_threshold)
         tokenizer = tokenizer if tokenizer is not None else self.require_retriever().tokenizer
         check_questions(
             questions, tokenizer, max_question_length, getattr(self.config, "max_position_embeddings", None)
@@ -546,17 +561,17 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                     )
                 check_finite_reader_logits(out.reader_output.reader_logits)
                 # The one answer path (`openqa_answers.best_spans`), as the pipeline and `realm-hf ask` answer.
-                skip = self.config.skip_answers_in_question
+                options = {
+                    "align_to_words": align_to_words,
+                    "skip_answers_in_question": self.config.skip_answers_in_question,
+                    "no_answer_threshold": no_answer_threshold,
+                }
                 for b, result in enumerate(read_results(out, chunk)):
                     retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
                     if top_k is None:
-                        answer = best_answer(
-                            result, self.config.max_span_width, tokenizer, skip_answers_in_question=skip
-                        )
+                        answer = best_answer(result, self.config.max_span_width, tokenizer, **options)
                         results.append({"question": chunk[b], **answer, "retrieved": retrieved})
                         continue
-                    answers = best_spans(
-                        result, top_k, self.config.max_span_width, tokenizer, skip_answers_in_question=skip
-                    )
+                    answers = best_spans(result, top_k, self.config.max_span_width, tokenizer, **options)
                     results.append([{"question": chunk[b], **answer, "retrieved": retrieved} for answer in answers])
         return results[0] if single else results

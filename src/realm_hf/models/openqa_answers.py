@@ -17,8 +17,9 @@ import torch
 from transformers.utils import ModelOutput
 
 from ..metrics import normalize_answer
+from .configuration_realm import check_no_answer_threshold
 from .modeling_reader import RealmReaderOutput
-from .provenance import answer_record, block_provenance, span_log_probs
+from .provenance import answer_record, block_provenance, no_answer_record, span_log_probs
 from .reader_inputs import RealmReaderInputs
 
 
@@ -232,17 +233,36 @@ def best_spans(
     top_k: int,
     max_answer_len: int,
     tokenizer,
-    align_to_words: bool = False,
+    align_to_words: bool = True,
     skip_answers_in_question: bool = False,
+    no_answer_threshold: float | None = None,
 ) -> list[dict]:
     """
     The `top_k` best spans across the read blocks of one question (a [`read_results`] entry, or the pipeline's
     `context` windows in the same form), with distinct texts, best first, each at most `max_answer_len` wordpieces;
-    widened to whole words with `align_to_words` (which needs character offsets: a fast tokenizer). Each is an
-    [`~realm_hf.models.provenance.answer_record`]; fewer than `top_k` when the blocks hold fewer, none when every span is
-    masked. With `skip_answers_in_question` (`config.skip_answers_in_question`), spans that are a phrase of the
-    result's `question` ([`is_question_phrase`]) come after every other span, in their own order.
+    widened to whole words with `align_to_words` (where there are character offsets: a fast tokenizer; without
+    them the wordpieces are decoded). Each is an [`~realm_hf.models.provenance.answer_record`]; fewer than `top_k`
+    when the blocks hold fewer, none when every span is masked. With `skip_answers_in_question`
+    (`config.skip_answers_in_question`), spans that are a phrase of the result's `question` ([`is_question_phrase`])
+    come after every other span, in their own order. With `no_answer_threshold`, spans whose probability is under it
+    are dropped, and when none is left the list holds one "no answer"
+    ([`~realm_hf.models.provenance.no_answer_record`], whose `score` is the best span's probability).
     """
+    answers = _ranked_spans(result, top_k, max_answer_len, tokenizer, align_to_words, skip_answers_in_question)
+    if no_answer_threshold is None or not answers:
+        return answers
+    kept = [answer for answer in answers if answer["score"] >= no_answer_threshold]
+    return kept or [no_answer_record(max(answer["score"] for answer in answers))]
+
+
+def _ranked_spans(
+    result: dict,
+    top_k: int,
+    max_answer_len: int,
+    tokenizer,
+    align_to_words: bool,
+    skip_answers_in_question: bool,
+) -> list[dict]:
     logits = result["logits"]  # [num_blocks, num_candidates]
     starts, ends = result["starts"], result["ends"]
     num_candidates = logits.shape[-1]
@@ -297,10 +317,14 @@ def best_answer(
     result: dict,
     max_answer_len: int,
     tokenizer,
-    align_to_words: bool = False,
+    align_to_words: bool = True,
     skip_answers_in_question: bool = False,
+    no_answer_threshold: float | None = None,
 ) -> dict:
-    """The best span of [`best_spans`], or an empty answer (`""`, score 0, no block) when no span can be one."""
+    """
+    The best span of [`best_spans`], or "no answer" (`""`, no block) when no span can be one (`score` 0) or, with
+    `no_answer_threshold`, when the best span's probability (its `score`) is under it.
+    """
     answers = best_spans(
         result,
         1,
@@ -308,5 +332,39 @@ def best_answer(
         tokenizer,
         align_to_words=align_to_words,
         skip_answers_in_question=skip_answers_in_question,
+        no_answer_threshold=no_answer_threshold,
     )
-    return answers[0] if answers else answer_record("", score=0.0, logit=None, start=None, end=None, block=None)
+    return answers[0] if answers else no_answer_record(0.0)
+
+
+#: The span probability under which the question-answering pipeline's `handle_impossible_answer=True` and
+#: `realm-hf serve` answer "no answer" when neither the call nor `config.no_answer_threshold` names one. A starting
+#: point: `bench/abstention.py` measures what a threshold costs and gains on a given model.
+DEFAULT_NO_ANSWER_THRESHOLD = 0.1
+
+
+def resolve_no_answer_threshold(
+    config, no_answer_threshold: float | None = None, handle_impossible_answer: bool | None = None
+) -> float | None:
+    """
+    The span probability under which a call answers "no answer", or `None` (always the best span): the call's
+    `no_answer_threshold`, else with `handle_impossible_answer=True` (transformers' name) `config.no_answer_threshold`
+    or [`DEFAULT_NO_ANSWER_THRESHOLD`], with `handle_impossible_answer=False` none, and when neither is given
+    `config.no_answer_threshold`. Checked: a probability from 0 to 1.
+    """
+    if handle_impossible_answer is not None and not isinstance(handle_impossible_answer, bool):
+        raise ValueError(f"`handle_impossible_answer` must be True or False, got {handle_impossible_answer!r}.")
+    threshold = check_no_answer_threshold(no_answer_threshold)
+    if threshold is not None:
+        if handle_impossible_answer is False:
+            raise ValueError(
+                f"`handle_impossible_answer=False` (always answer) contradicts `no_answer_threshold={threshold}`: "
+                "give one of them."
+            )
+        return threshold
+    configured = getattr(config, "no_answer_threshold", None)
+    if handle_impossible_answer is None:
+        return configured
+    if not handle_impossible_answer:
+        return None
+    return configured if configured is not None else DEFAULT_NO_ANSWER_THRESHOLD

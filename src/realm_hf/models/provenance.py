@@ -16,10 +16,8 @@ import torch
 
 #: Keys every block dict has, in this order; the corpus's other columns follow.
 PROVENANCE_KEYS = ("block_id", "doc_id", "title", "text", "retrieval_score")
-# Keys earlier releases gave, kept as aliases so that existing readers keep working: the pipeline and the CLI called
-# the block id `id`, `model.answer()` called the retrieval score `score`. A corpus column of the same name wins.
-_LEGACY_ALIASES = {"id": "block_id", "score": "retrieval_score"}
-# Never part of provenance: the stored vector, and the retrieval score under its retriever-side name.
+# Never part of provenance: the stored vector, and the retrieval score under its retriever-side name (`score` is the
+# answer's probability in every answer dict: one name, one meaning).
 _DROPPED = ("embeddings", "score")
 
 
@@ -38,8 +36,8 @@ def block_provenance(block: Mapping[str, Any], retrieval_score: float | None = N
 
     Returns:
         `dict` with `block_id`, `doc_id`, `title`, `text`, `retrieval_score` (`float`), then the corpus's other
-        columns (e.g. `char_start`/`char_end`, the block's span in its document, and the documents' metadata), then
-        the legacy aliases `id` (= `block_id`) and `score` (= `retrieval_score`) unless a column has that name.
+        columns (e.g. `char_start`/`char_end`, the block's span in its document, and the documents' metadata; a
+        corpus column named `score` is dropped, as that name is the answer's probability).
     """
     if retrieval_score is None:
         retrieval_score = block.get("score")
@@ -54,8 +52,6 @@ def block_provenance(block: Mapping[str, Any], retrieval_score: float | None = N
     for key, value in block.items():
         if key not in record and key not in _DROPPED:
             record[key] = value
-    for alias, key in _LEGACY_ALIASES.items():
-        record.setdefault(alias, record[key])
     return record
 
 
@@ -81,6 +77,17 @@ def answer_record(
     return {"answer": answer, "score": float(score), "logit": logit, "start": start, "end": end, "block": block}
 
 
+def no_answer_record(best_score: float = 0.0) -> dict[str, Any]:
+    r"""
+    "No answer" in the shared schema: `answer` `""`, `logit`, `start`, `end` and `block` `None`, and `score` the
+    probability of the best span, which a threshold declined (0 when the reader found no span at all).
+
+    Args:
+        best_score (`float`, *optional*, defaults to 0.0): The best span's probability.
+    """
+    return answer_record("", score=best_score, logit=None, start=None, end=None, block=None)
+
+
 def span_log_probs(logits: torch.Tensor) -> torch.Tensor:
     r"""
     Log-probabilities of the spans of one question: log-softmax of REALM's span logits (retrieval score included) over
@@ -103,4 +110,4 @@ def span_log_probs(logits: torch.Tensor) -> torch.Tensor:
     return log_probs.view(logits.shape)
 
 
-__all__ = ["PROVENANCE_KEYS", "answer_record", "block_provenance", "span_log_probs"]
+__all__ = ["PROVENANCE_KEYS", "answer_record", "block_provenance", "no_answer_record", "span_log_probs"]

@@ -35,9 +35,12 @@ class RetrieverOwnerMixin:
 
     def set_retriever(self, retriever) -> None:
         """Attach (or replace, or with `None` detach) the knowledge corpus this model retrieves from; its embedding
-        size must be `config.retriever_proj_size`."""
+        size must be `config.retriever_proj_size`. The model's question embedder becomes the retriever's
+        `question_embedder`, so `retriever.search("question text")` retrieves as the model does."""
         check_retriever_dim(retriever, self.config)
         self.retriever = retriever
+        if retriever is not None and getattr(self, "query_embedder", None) is not None:
+            retriever.question_embedder = self.query_embedder
 
     def require_retriever(self):
         """

@@ -10,17 +10,24 @@ a `ValueError` saying why where not.
 from __future__ import annotations
 
 import os
+import sys
 import types
 from collections.abc import Iterator
 
-import datasets
 import torch
 from transformers import Pipeline
 
 from ..logging_utils import get_logger
+from ..models.configuration_realm import check_no_answer_threshold
 from ..models.modeling_base import RealmPreTrainedModel
 from ..models.modeling_openqa import RealmForOpenQA
-from ..models.openqa_answers import best_answer, best_spans, check_finite_reader_logits, read_results
+from ..models.openqa_answers import (
+    best_answer,
+    best_spans,
+    check_finite_reader_logits,
+    read_results,
+    resolve_no_answer_threshold,
+)
 from ..models.provenance import block_provenance
 from ..precision import autocast, parse_dtype
 from ..text.tokenizer_calls import tokenizer_call
@@ -86,14 +93,20 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             most `config.max_span_width` (the reader scores no longer span).
         num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per question.
         max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused, not
-            truncated. The classic name `max_question_len` is accepted too; `handle_impossible_answer=False` is
-            accepted (REALM always answers); `max_seq_len`, `padding`, `topk` and `handle_impossible_answer=True`
+            truncated. The classic name `max_question_len` is accepted too; `max_seq_len`, `padding` and `topk`
             raise a `ValueError` saying why.
+        handle_impossible_answer (`bool`, *optional*): As in the classic pipeline, allow "no answer": `answer` `""`,
+            `block` `None` and `score` the best span's probability, when the best span's probability is under
+            `no_answer_threshold` (defaults to `config.no_answer_threshold`, else 0.1). `False`: always the best
+            span (REALM's answer). Not given: `config.no_answer_threshold` decides (none: always the best span).
+        no_answer_threshold (`float`, *optional*): The span probability under which the answer is "no answer"
+            (implies `handle_impossible_answer=True`); with `top_k`, spans under it are dropped.
         doc_stride (`int`, *optional*, defaults to 128): Overlap, in wordpieces, of the windows a long context is
             split into.
-        align_to_words (`bool`, *optional*, defaults to `False`): Widen each answer to whole words (a wordpiece span
-            may start or end inside a word). Off by default, unlike the classic pipeline, so that the best answer is
-            the span `RealmForOpenQA.answer()` gives. Needs a fast tokenizer.
+        align_to_words (`bool`, *optional*, defaults to `True`): Widen each answer to whole words (a wordpiece span
+            may start or end inside a word), as the classic pipeline and `RealmForOpenQA.answer()` do. Needs a fast
+            tokenizer's character offsets (`True` asked explicitly of a slow tokenizer is an error; by default a slow
+            tokenizer's answers are its decoded wordpieces).
         batch_size (`int`, *optional*, defaults to 8): Questions per forward pass.
         dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of each call (`qa(q, dtype="bf16")`,
             or `realm_hf.pipeline(..., dtype="bf16")` for every call): bf16 autocast where the device has native bf16,
@@ -142,6 +155,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         doc_stride=None,
         align_to_words=None,
         dtype=None,
+        handle_impossible_answer=None,
+        no_answer_threshold=None,
         **kwargs,
     ):
         # The classic question-answering options: mapped to REALM's own, or refused with the reason (`map_classic_options`).
@@ -153,7 +168,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             raise TypeError(
                 f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}. It takes `top_k`, "
                 "`num_blocks`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
-                "`align_to_words`, `dtype` and `batch_size`."
+                "`align_to_words`, `handle_impossible_answer`, `no_answer_threshold`, `dtype` and `batch_size`."
             )
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         if top_k is not None:
@@ -185,6 +200,13 @@ class RealmQuestionAnsweringPipeline(Pipeline):
                     "fast one (e.g. `RealmTokenizerFast.from_pretrained(path)`)."
                 )
             postprocess_params["align_to_words"] = align_to_words
+        if handle_impossible_answer is not None or no_answer_threshold is not None:
+            # Checked now (before any model work), resolved per call in `postprocess` against the model's config.
+            resolve_no_answer_threshold(self.model.config, no_answer_threshold, handle_impossible_answer)
+            if handle_impossible_answer is not None:
+                postprocess_params["handle_impossible_answer"] = handle_impossible_answer
+            if no_answer_threshold is not None:
+                postprocess_params["no_answer_threshold"] = check_no_answer_threshold(no_answer_threshold)
         return preprocess_params, forward_params, postprocess_params
 
     def __call__(self, inputs=None, *args, question=None, context=None, **kwargs):
@@ -387,21 +409,29 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     # ----------------------------------------------------------------------------------------------------------------
 
     def postprocess(
-        self, model_outputs, top_k: int = 1, max_answer_len: int | None = None, align_to_words: bool = False
+        self,
+        model_outputs,
+        top_k: int = 1,
+        max_answer_len: int | None = None,
+        align_to_words: bool = True,
+        handle_impossible_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
     ):
         result = model_outputs["results"]
         if isinstance(result, list):  # batch_size=1: the batch of one was not un-batched
             result = result[0]
         max_answer_len = max_answer_len or self.model.config.max_span_width
         # The one answer path (`openqa_answers`), shared with `RealmForOpenQA.answer`.
-        skip = getattr(self.model.config, "skip_answers_in_question", False)
+        options = {
+            "align_to_words": align_to_words,
+            "skip_answers_in_question": getattr(self.model.config, "skip_answers_in_question", False),
+            "no_answer_threshold": resolve_no_answer_threshold(
+                self.model.config, no_answer_threshold, handle_impossible_answer
+            ),
+        }
         if top_k == 1:
-            return best_answer(
-                result, max_answer_len, self.tokenizer, align_to_words=align_to_words, skip_answers_in_question=skip
-            )
-        return best_spans(
-            result, top_k, max_answer_len, self.tokenizer, align_to_words=align_to_words, skip_answers_in_question=skip
-        )
+            return best_answer(result, max_answer_len, self.tokenizer, **options)
+        return best_spans(result, top_k, max_answer_len, self.tokenizer, **options)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
         """
@@ -432,7 +462,10 @@ def _is_dataset(inputs) -> bool:
 
 def is_hf_dataset(inputs) -> bool:
     """Whether `inputs` is a `datasets` dataset (or dataset dict), which the pipeline reads by its columns."""
-    return isinstance(
+    # A `datasets` object exists only once `datasets` is imported: until then, nothing is one (and `import realm_hf`
+    # need not import it, a second of start-up).
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(
         inputs, (datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict)
     )
 
@@ -440,7 +473,7 @@ def is_hf_dataset(inputs) -> bool:
 class _QuestionRows(torch.utils.data.Dataset):
     """The `question` (and `context`) columns of a `datasets.Dataset`, row by row, as the pipeline streams them."""
 
-    def __init__(self, dataset: datasets.Dataset):
+    def __init__(self, dataset):
         self.has_context = "context" in dataset.column_names
         # Only the columns read: the others (answers, ids, ...) are never decoded.
         self.rows = dataset.select_columns(["question", "context"] if self.has_context else ["question"])
@@ -453,7 +486,7 @@ class _QuestionRows(torch.utils.data.Dataset):
         return {"question": row["question"], "context": row["context"] if self.has_context else None}
 
 
-def _iterable_questions(dataset: datasets.IterableDataset) -> Iterator[dict]:
+def _iterable_questions(dataset) -> Iterator[dict]:
     for row in dataset:
         if "question" not in row:
             raise ValueError(_missing_question_column(sorted(row)))
@@ -473,6 +506,8 @@ def dataset_questions(dataset):
     A `datasets.Dataset` (or `IterableDataset`) as the pipeline streams it: its `question` column and, when it has
     one, its `context` column; the other columns are ignored. A `DatasetDict` is refused: pick a split.
     """
+    import datasets  # a dataset was given, so datasets is imported already
+
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise ValueError(
             f"Got a dataset dict with splits {list(dataset)}; pass one split, e.g. `qa(dataset['test'])`."
@@ -505,21 +540,13 @@ CLASSIC_REFUSED = {
 def map_classic_options(kwargs: dict) -> dict:
     """
     `kwargs` with the classic options replaced by the REALM pipeline's own: `max_question_len` becomes
-    `max_question_length`, `handle_impossible_answer=False` is dropped (REALM always answers from a read block, which
-    is what it asks for), and the options in `CLASSIC_REFUSED`, and `handle_impossible_answer=True`, raise a
-    `ValueError` naming the option and why. Unknown options are left for the caller to refuse.
+    `max_question_length`, and the options in `CLASSIC_REFUSED` raise a `ValueError` naming the option and why.
+    (`handle_impossible_answer` is the pipeline's own option.) Unknown options are left for the caller to refuse.
     """
     kwargs = dict(kwargs)
     for name, reason in CLASSIC_REFUSED.items():
         if name in kwargs:
             raise ValueError(f"The REALM question-answering pipeline has no `{name}` option: {reason}.")
-    if "handle_impossible_answer" in kwargs:
-        if kwargs.pop("handle_impossible_answer"):
-            raise ValueError(
-                "The REALM question-answering pipeline has no `handle_impossible_answer=True`: REALM's reader scores "
-                "no 'no answer' option, every answer is a span of a read block. Use the answers' `score` (the span "
-                "probability) to reject unlikely answers."
-            )
     for classic, own in CLASSIC_ALIASES.items():
         if classic in kwargs:
             if own in kwargs:

@@ -1,7 +1,8 @@
 """
 REALM's knowledge corpus by concept: blocks (chunking, encoding, corpus), the index (and its FAISS helpers), the store
-(one state of corpus and index), the retriever over it and its contract, hybrid BM25, building, refresh and staleness,
-saving and loading (serialization, manifest), legacy checkpoints and conversion, and sharding across processes.
+(one state of corpus and index), the retriever over it and its contract, hybrid BM25, metadata filters, building,
+refresh and staleness, saving and loading (serialization, manifest), legacy checkpoints and conversion, and sharding
+across processes.
 """
 
 import importlib

@@ -135,18 +135,20 @@ class BM25BlockIndex:
     def __len__(self) -> int:
         return len(self.block_ids)
 
-    def nearest(self, questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, questions: list[str], k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """
         `(block_ids, scores)` of the `k` best blocks of each question by BM25, best first, each of shape
         `(len(questions), min(k, len(self)))`: a `k` above the number of blocks (a `sparse_k` of 10**9) takes every
-        block, and sizes nothing. `-1` (score 0) where fewer blocks share a term with the question.
+        block, and sizes nothing. `-1` (score 0) where fewer blocks share a term with the question (or pass `mask`, a
+        boolean per block in `block_ids` order: a search filter's).
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"`k` must be a positive integer, got {k!r}.")
         bm25s = require_bm25s()
         width = min(int(k), len(self))
         tokens = bm25s.tokenize(list(questions), stopwords=self.stopwords, show_progress=False)
-        rows, scores = self.bm25.retrieve(tokens, k=width, show_progress=False, n_threads=1)
+        weights = None if mask is None else np.asarray(mask, dtype=np.float32)
+        rows, scores = self.bm25.retrieve(tokens, k=width, show_progress=False, n_threads=1, weight_mask=weights)
         matched = scores > 0  # BM25 0: no shared term, not a candidate
         ids = np.where(matched, self.block_ids[rows], -1).astype(np.int64)
         return ids, np.where(matched, scores, 0.0).astype(np.float32)
@@ -335,14 +337,21 @@ def reciprocal_rank_fusion(rankings: list[np.ndarray], k: int, constant: int = 6
 
 
 def hybrid_candidates(
-    sparse: BM25BlockIndex, queries: np.ndarray, dense_ids: np.ndarray, questions: list[str], k: int, embeddings_of
+    sparse: BM25BlockIndex,
+    queries: np.ndarray,
+    dense_ids: np.ndarray,
+    questions: list[str],
+    k: int,
+    embeddings_of,
+    mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     The hybrid ranking of each question's candidates: the dense top `k` (`dense_ids`, best first) plus the BM25 top
     `sparse.sparse_k` (or `k`), scored by the dense inner product of `queries` with their stored embeddings
     (`embeddings_of(ids)` gives them, zeros for `-1`). `"candidates"` keeps the whole union (up to `k + sparse_k`: cut
     to `k`, the dense top `k` would always win) ordered by that score; `"rrf"` the fused top `k` in reciprocal-rank
-    order. Returns `(ids, scores)`, `-1` / `-inf` padded to the widest row.
+    order. `mask` (a search filter's rows) keeps BM25 to the blocks the dense search was kept to. Returns `(ids,
+    scores)`, `-1` / `-inf` padded to the widest row.
     """
     # One string was read as one question per character, and a non-string failed inside bm25s on `.lower()`.
     if isinstance(questions, (str, bytes)):
@@ -355,7 +364,7 @@ def hybrid_candidates(
                 f"Question text {position} is a {type(question).__name__}, not a string: BM25 searches the question "
                 "texts (`questions=`), one string per question embedding."
             )
-    sparse_ids, _ = sparse.nearest(questions, sparse.sparse_k or k)
+    sparse_ids, _ = sparse.nearest(questions, sparse.sparse_k or k, mask)
     # Union per question, dense first; the width is the largest union, padded with -1.
     unions = [
         list(dict.fromkeys([i for i in row if i >= 0] + [i for i in srow if i >= 0]))

@@ -1,7 +1,7 @@
 """
 The retriever contract: [`Retriever`], what a REALM model asks of its knowledge corpus (the `typing.Protocol` every
-retriever satisfies), and what a search takes and gives: the checks of question embeddings and `k`, and
-[`RealmSearchOutput`].
+retriever satisfies), and what a search takes and gives: question texts (embedded) or embeddings, the checks of `k`,
+and [`RealmSearchOutput`].
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from transformers.utils import ModelOutput
 
 from ..text.user_text import check_positive_int
+from .encoding import embed_questions
 
 
 class Retriever(Protocol):
@@ -32,6 +33,12 @@ class Retriever(Protocol):
     """The BERT WordPiece tokenizer the blocks were split with (`None` when unknown)."""
     max_block_length: int | None
     """Maximum wordpieces per block as the embedder saw it (`None`: the tokenizer's limit)."""
+    question_embedder: Any
+    """
+    The [`RealmEmbedder`] that embeds question texts given to `search` (`None`: embeddings only). Attaching the
+    retriever to a model (`model.set_retriever`) sets the model's question embedder; `RealmRetriever.from_documents`
+    and `from_pretrained(..., embedder=)` set the embedder they are given.
+    """
     collective: bool
     """
     Whether `search` and `save_pretrained` are collective calls that every process makes (a sharded corpus, whose
@@ -53,22 +60,25 @@ class Retriever(Protocol):
 
     def search(
         self,
-        question_embeddings,
+        queries,
         k: int = 5,
         return_blocks: bool = True,
         rerank_factor: int = 1,
         return_embeddings: bool = False,
         return_token_ids: bool = False,
         questions: Sequence[str] | None = None,
+        filter=None,
         **search_params,
     ) -> RealmSearchOutput:
         """
-        Top-`k` blocks by inner product for a batch of question embeddings, with everything asked for about them read
-        from one state of the corpus and index (a change meanwhile never mixes two states).
+        Top-`k` blocks by inner product for a batch of questions, with everything asked for about them read from one
+        state of the corpus and index (a change meanwhile never mixes two states).
 
         Args:
-            question_embeddings (`torch.Tensor` or `np.ndarray` of shape `(batch_size, embedding_dim)`):
-                Question embeddings (detached and moved to CPU float32; NaN/inf refused with a `ValueError`).
+            queries (`str`, `list[str]`, or `torch.Tensor` / `np.ndarray` of shape `(batch_size, embedding_dim)`):
+                Question texts, embedded with `question_embedder` as the model embeds its questions (and the texts
+                of a hybrid search), or question embeddings (detached and moved to CPU float32; NaN/inf refused with
+                a `ValueError`).
             k (`int`, defaults to 5): Blocks per question.
             return_blocks (`bool`, defaults to `True`): Also fetch the blocks' texts and metadata.
             rerank_factor (`int`, defaults to 1): For compressed indexes (PQ/SQ), fetch `k * rerank_factor`
@@ -80,6 +90,13 @@ class Retriever(Protocol):
                 texts (`block_token_ids`, `block_token_lengths`; see [`BlockStore.token_ids`]).
             questions (`Sequence[str]`, *optional*): The question texts, one per embedding: a retriever with a BM25
                 index ([`RealmRetriever.use_bm25`]) adds their BM25 candidates; a dense one ignores them.
+            filter (`dict` or `callable`, *optional*): Only blocks whose metadata match (see
+                `realm_hf.retrieval.filters.row_mask`): `{column: value}` on any corpus column (a value, a list of
+                values, or a callable over the column's value), or a callable over a block's dict. A Flat index
+                returns the exact top `k` among the matching blocks; an approximate one (IVF, HNSW) those its search
+                reaches (IVF: in the probed lists; raise `nprobe` / `efSearch` when a narrow filter leaves results
+                missing). Fewer than `k` matching blocks leave `-1` after the last. A `ShardedRealmRetriever`
+                refuses it.
             search_params: Search-time parameters for this call only, restored afterwards: `nprobe` (IVF),
                 `efSearch` (HNSW), `quantizer_efSearch` (IVF with an HNSW quantizer).
 
@@ -175,12 +192,55 @@ class RealmSearchOutput(ModelOutput):
         )
 
 
+def question_texts(queries) -> list[str] | None:
+    """The question texts a search was given (a string, or a non-empty list or tuple of strings), else `None`."""
+    if isinstance(queries, str):
+        return [queries]
+    if isinstance(queries, (list, tuple)) and queries and any(isinstance(q, str) for q in queries):
+        others = sorted({type(q).__name__ for q in queries if not isinstance(q, str)})
+        if others:
+            raise TypeError(
+                f"A search takes question texts or question embeddings, not both in one list (got str and "
+                f"{', '.join(others)}): pass a list of strings or a (batch_size, dim) tensor."
+            )
+        return list(queries)
+    return None
+
+
+def search_queries(queries, question_embedder, tokenizer, questions=None) -> tuple[np.ndarray, list[str] | None]:
+    """
+    What a search is asked, as a checked `(batch_size, dim)` float32 matrix and the question texts: texts (a string or
+    a list of strings) are embedded with `question_embedder` and `tokenizer` ([`embed_questions`]) and are the texts
+    of a hybrid search; embeddings are taken as they are (see [`as_query_matrix`]), with `questions` their texts.
+    """
+    texts = question_texts(queries)
+    if texts is None:
+        matrix = as_query_matrix(queries)
+    else:
+        if questions is not None:
+            raise ValueError("The question texts were given twice (`queries` and `questions=`): give them once.")
+        if question_embedder is None or tokenizer is None:
+            missing = "question embedder" if question_embedder is None else "tokenizer"
+            raise ValueError(
+                f"This retriever has no {missing} to embed question texts with. Attach it to its model "
+                "(`model.set_retriever(retriever)` makes the model's question embedder the retriever's), or set "
+                "`retriever.question_embedder` (a `RealmEmbedder`) and `retriever.tokenizer`; or pass question "
+                "embeddings."
+            )
+        matrix, questions = embed_questions(question_embedder, tokenizer, texts), texts
+    check_finite_queries(matrix)
+    return matrix, questions
+
+
 def as_query_matrix(question_embeddings) -> np.ndarray:
     """Question embeddings as a contiguous `(batch_size, dim)` float32 CPU array (one vector becomes a batch of one)."""
     if isinstance(question_embeddings, torch.Tensor):
         question_embeddings = question_embeddings.detach().to("cpu", torch.float32).numpy()
     # `None` became a NaN vector (refused as a diverged embedder), an embedder's output (a dict) or text a numpy error.
-    expected = "question embeddings must be a (batch_size, dim) tensor or array of numbers: the query embedder's `projected_score`"
+    expected = (
+        "A search takes question texts (a string or a list of strings) or question embeddings, a (batch_size, dim) "
+        "tensor or array of numbers: the query embedder's `projected_score`"
+    )
     if question_embeddings is None or isinstance(question_embeddings, (str, bytes, Mapping)):
         raise TypeError(f"{expected}, got {type(question_embeddings).__name__}.")
     try:
@@ -190,7 +250,7 @@ def as_query_matrix(question_embeddings) -> np.ndarray:
     if queries.ndim == 1:
         queries = queries[None]
     if queries.ndim != 2:
-        raise ValueError(f"question_embeddings must have shape (batch_size, dim); got {queries.shape}.")
+        raise ValueError(f"Question embeddings must have shape (batch_size, dim); got {queries.shape}.")
     return queries
 
 

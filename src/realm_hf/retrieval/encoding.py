@@ -1,4 +1,7 @@
-"""Turning blocks into embeddings: the block tokenizer, batched embedding and the embedder fingerprint."""
+"""
+Turning blocks (and question texts) into embeddings: the block tokenizer, batched embedding and the embedder
+fingerprint.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from ..logging_utils import get_logger
 from ..precision import autocast
 from ..progress import progress_bar
 from ..text.tokenizer_calls import tokenizer_call
+from ..text.user_text import check_questions
 
 logger = get_logger(__name__)
 
@@ -230,6 +234,45 @@ def embed_blocks(
     embeddings = torch.empty_like(sorted_embeddings)
     embeddings[torch.from_numpy(order)] = sorted_embeddings
     return embeddings
+
+
+def embed_questions(
+    embedder: torch.nn.Module, tokenizer, questions: Sequence[str], batch_size: int = 64
+) -> np.ndarray:
+    """
+    Question embeddings as a REALM model embeds its questions for retrieval: `[CLS] question [SEP]` through the
+    question embedder's `projected_score`, in fp32 and eval mode (its mode is restored), on its device. Each question
+    is checked first (`user_text.check_questions`: a non-string, an empty question, one with no known wordpiece or one
+    longer than the embedder takes is refused, naming its position).
+
+    Returns:
+        `np.ndarray` of shape `(len(questions), dim)`, float32.
+    """
+    check_embedder_module(embedder)
+    max_positions = getattr(getattr(embedder, "config", None), "max_position_embeddings", None)
+    check_questions(questions, tokenizer, max_positions - 2 if max_positions else 510, max_positions)
+    first_param = next(embedder.parameters(), None)
+    device = first_param.device if first_param is not None else torch.device("cpu")
+    was_training = embedder.training
+    embedder.eval()
+    outputs = []
+    try:
+        # fp32 even under an outer autocast: bf16 question vectors retrieve other blocks (see `embed_questions` of
+        # `RealmForOpenQA`, whose embeddings these are).
+        with torch.inference_mode(), torch.autocast(device.type, enabled=False):
+            for start in range(0, len(questions), batch_size):
+                encoded = tokenizer_call(
+                    tokenizer, list(questions[start : start + batch_size]), padding=True, return_tensors="pt"
+                )
+                keys = ("input_ids", "attention_mask", "token_type_ids")
+                outputs.append(
+                    embedder(**{k: v.to(device) for k, v in encoded.items() if k in keys})
+                    .projected_score.float()
+                    .cpu()
+                )
+    finally:
+        embedder.train(was_training)
+    return torch.cat(outputs).numpy()
 
 
 def _describe_output(value) -> str:

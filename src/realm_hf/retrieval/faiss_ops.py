@@ -1,7 +1,8 @@
 """
-What [`BlockIndex`] does with a built FAISS index: search parameters set for one call (`nprobe`, `efSearch`) and the
-BLAS path for batches, whether its scores are exact, GPU copies, reading an index file checked, and relabelling its
-vectors between block ids (in memory) and corpus rows (in a saved file). Building indexes: `retrieval/faiss_build.py`.
+What [`BlockIndex`] does with a built FAISS index: search parameters set for one call (`nprobe`, `efSearch`), id
+selectors that keep a search to given blocks, the BLAS path for batches, whether its scores are exact, GPU copies,
+reading an index file checked, and relabelling its vectors between block ids (in memory) and corpus rows (in a saved
+file). Building indexes: `retrieval/faiss_build.py`.
 """
 
 from __future__ import annotations
@@ -139,6 +140,28 @@ def search_parameters(index: faiss.Index, params: dict, index_type: str = ""):
     finally:
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)
+
+
+def selector_parameters(index: faiss.Index, block_ids: np.ndarray) -> faiss.SearchParameters | None:
+    """
+    Search parameters that restrict a search of `index` to the vectors labelled `block_ids` (a FAISS id selector),
+    carrying its current `nprobe` / `efSearch` (a parameters object replaces the index's own for the call), or `None`
+    for an index whose search takes no selector (GPU indexes, flat PQ). Read inside [`search_parameters`], so the
+    values of the call are the ones carried.
+    """
+    inner = unwrap(index)
+    if type(inner).__name__.startswith("Gpu") or isinstance(inner, faiss.IndexPQ):
+        return None
+    selector = faiss.IDSelectorBatch(np.ascontiguousarray(block_ids, dtype=np.int64))
+    ivf = faiss.try_extract_index_ivf(inner)
+    if ivf is not None:
+        params = faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe, max_codes=ivf.max_codes)
+    elif hasattr(inner, "hnsw"):
+        params = faiss.SearchParametersHNSW(sel=selector, efSearch=inner.hnsw.efSearch)
+    else:
+        params = faiss.SearchParameters(sel=selector)
+    params.selector = selector  # the parameters hold a raw pointer: keep the selector alive with them
+    return params
 
 
 # Batches of at least this many queries take FAISS's BLAS (matrix-multiply) path for exhaustive inner products.

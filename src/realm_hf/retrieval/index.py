@@ -35,6 +35,7 @@ from .faiss_ops import (
     relabel_in_place,
     relabeled_for_writing,
     search_parameters,
+    selector_parameters,
     supports_remove,
 )
 
@@ -152,6 +153,26 @@ class BlockIndex:
         with self._search_lock:
             with search_parameters(self.index, params, self.index_type), blas_for_batches(len(queries)):
                 scores, ids = self.index.search(queries, k)
+        return ids, scores
+
+    def nearest_among(
+        self, queries: np.ndarray, k: int, params: dict, block_ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """
+        As [`~BlockIndex.nearest`], among the vectors labelled `block_ids` only (a FAISS id selector: every one of
+        them is scored by a Flat index, those an IVF index's probed lists or an HNSW graph's search reach otherwise),
+        or `None` when this index cannot restrict a search (see [`selector_parameters`]).
+        """
+        with self._search_lock:
+            with search_parameters(self.index, params, self.index_type), blas_for_batches(len(queries)):
+                restricted = selector_parameters(self.index, block_ids)
+                if restricted is None:
+                    return None
+                try:
+                    scores, ids = self.index.search(queries, k, params=restricted)
+                except RuntimeError as error:  # a wrapped index type whose search takes no selector
+                    logger.debug("The %s index cannot restrict a search: %s", self.index_type, error)
+                    return None
         return ids, scores
 
     # -- Changes (new objects) ----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ directory: `retrieval/serialization.py`.
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import faiss
 
 from ..constants import (
     CORPUS_DIR,
+    DATASETS_CACHE_FILES,
     FORMAT_VERSION,
     INDEX_NAME,
     LEGACY_BLOCK_RECORDS,
@@ -226,7 +228,9 @@ def verify_retriever_files(path: str, manifest: dict, verify_checksums: bool) ->
     """
     Check the files of the retriever directory `path` against its `manifest` (sizes, and sha256 with
     `verify_checksums`; see [`check_recorded_files`]), and refuse data files in its corpus folder that the manifest
-    does not list. A manifest of an older save, without a file list, is not verified.
+    does not list. The cache files `datasets` writes there when the corpus, opened with `load_from_disk`, is mapped or
+    filtered (`cache-*.arrow`) are left alone: a load reads only the data files of the saved `state.json`, which the
+    manifest checks. A manifest of an older save, without a file list, is not verified.
     """
     manifest_path = os.path.join(path, MANIFEST_NAME)
     files = manifest.get("files")
@@ -251,7 +255,9 @@ def verify_retriever_files(path: str, manifest: dict, verify_checksums: bool) ->
         extra = sorted(
             name
             for name in os.listdir(corpus_dir)
-            if name.endswith((".arrow", ".parquet")) and prefix + name not in files
+            if name.endswith((".arrow", ".parquet"))
+            and prefix + name not in files
+            and not fnmatch.fnmatchcase(name, DATASETS_CACHE_FILES)
         )
         if extra:
             raise ValueError(

@@ -16,7 +16,7 @@ from ..io.staged_saves import staged_save
 from . import building
 from .bm25 import check_hybrid_settings
 from .building import BuildOptions
-from .contract import RealmSearchOutput, as_query_matrix, check_finite_queries, check_k
+from .contract import RealmSearchOutput, check_k, search_queries
 from .corpus import BlockCorpus
 from .encoding import embedder_dim
 from .faiss_ops import normalize_search_params
@@ -65,13 +65,14 @@ class RealmRetriever:
     >>> tokenizer = RealmTokenizer.from_pretrained("path/to/realm-cc-news-pretrained-embedder")
     >>> documents = [{"title": "Velmora", "text": "Velmora is a volcanic island ...", "doc_id": "velmora"}]
     >>> retriever = RealmRetriever.from_documents(documents, embedder, tokenizer, index="HNSW32")
-    >>> question = embedder(**tokenizer(["where is velmora?"], return_tensors="pt")).projected_score
-    >>> retriever.search(question, k=5, efSearch=128).blocks[0][0]["title"]
+    >>> retriever.search("where is velmora?", k=5, efSearch=128).blocks[0][0]["title"]  # embedded with `embedder`
+    >>> retriever.search(["where is velmora?"], k=1, filter={"doc_id": "velmora"}).block_ids
     >>> retriever.save_pretrained("my-corpus")
     >>> retriever = RealmRetriever.from_pretrained("my-corpus", embedder=embedder)
     ```"""
 
     collective = False  # a search or save by one process alone (see [`Retriever.collective`])
+    question_embedder = None  # embeds question texts given to `search` (see [`Retriever.question_embedder`])
     is_main_process = True  # this process writes the files shared by all processes
 
     def __init__(
@@ -143,13 +144,14 @@ class RealmRetriever:
         Args:
             documents: Dicts with `text` and optionally `title`, `doc_id` (what [`~RealmRetriever.remove_documents`]
                 takes) and metadata fields; or a `datasets.Dataset` / dict of columns.
-            embedder (`torch.nn.Module`): A [`RealmEmbedder`] (see [`embed_blocks`]).
+            embedder (`torch.nn.Module`): A [`RealmEmbedder`] (see [`embed_blocks`]); it embeds question texts too.
             tokenizer: Its BERT WordPiece tokenizer; saved with the corpus.
             options: The fields of [`BuildOptions`] (`max_block_length`, `index`, `batch_size`, `device`, ...).
         """
         options = BuildOptions(**options)
-        store = building.store_from_documents(documents, embedder, tokenizer, options)
-        return cls.from_store(store, tokenizer, options.max_block_length)
+        retriever = cls.from_store(building.store_from_documents(documents, embedder, tokenizer, options), tokenizer)
+        retriever.max_block_length, retriever.question_embedder = options.max_block_length, embedder
+        return retriever
 
     @classmethod
     def from_embeddings(
@@ -211,35 +213,30 @@ class RealmRetriever:
 
     def search(
         self,
-        question_embeddings,
+        queries,
         k: int = 5,
         return_blocks: bool = True,
         rerank_factor: int = 1,
         return_embeddings: bool = False,
         return_token_ids: bool = False,
         questions: Sequence[str] | None = None,
+        filter=None,
         **search_params,
     ) -> RealmSearchOutput:
         """
-        Top-`k` blocks by inner product for a batch of question embeddings, in one FAISS call under the lock, read from
-        one store: arguments and output as [`Retriever.search`]. Given the question texts (`questions=`), a store with
-        a BM25 index ([`~RealmRetriever.use_bm25`]) adds their BM25 candidates.
+        Top-`k` blocks by inner product for question texts (embedded with `question_embedder`) or embeddings, in one
+        FAISS call under the lock, read from one store: arguments and output as [`Retriever.search`]. Given the texts,
+        a store with a BM25 index ([`~RealmRetriever.use_bm25`]) adds their BM25 candidates; `filter={"topic": ...}`
+        (any corpus column) or a callable over a block keeps to the blocks it matches (exact top `k` on Flat).
         """
-        queries = as_query_matrix(question_embeddings)
-        check_finite_queries(queries)
+        queries, questions = search_queries(queries, self.question_embedder, self.tokenizer, questions)
         k = check_k(k)
         params = normalize_search_params(search_params)
         with self._lock:
             return self._store.top_blocks(
-                queries,
-                k,
-                rerank_factor,
-                params,
-                return_blocks,
-                return_embeddings,
-                tokenizer=self.tokenizer if return_token_ids else None,
-                questions=questions,
-            )
+                queries, k, rerank_factor, params, return_blocks, return_embeddings,
+                tokenizer=self.tokenizer if return_token_ids else None, questions=questions, filter=filter,
+            )  # fmt: skip
 
     def use_bm25(self, mode: str | None = None, sparse_k: int | None = None) -> Self:
         """
@@ -356,7 +353,7 @@ class RealmRetriever:
             write_store(
                 store, os.fspath(directory), self.tokenizer, self.max_block_length, corpus_format, max_shard_size,
                 model_files,
-            )
+            )  # fmt: skip
         return store
 
     def follow_save(self, store: BlockStore, directory: str | os.PathLike) -> None:
@@ -410,7 +407,7 @@ class RealmRetriever:
                 repo; downloaded with `huggingface_hub.snapshot_download`, which honours `HF_HUB_OFFLINE`).
             revision (`str`, *optional*): Hub revision.
             embedder (`torch.nn.Module`, *optional*): The model's embedder: its projection size must match the index;
-                a different weight fingerprint warns.
+                a different weight fingerprint warns. It embeds question texts too (`question_embedder`).
             expected_dim (`int`, *optional*), expected_num_blocks (`int`, *optional*): Required dimension and size.
             mmap (`bool`, defaults to `True`): Memory-map the Arrow corpus and the index's flat codes (page cache,
                 not process memory); IVF lists are always read into RAM.
@@ -432,4 +429,5 @@ class RealmRetriever:
         retriever = cls.from_store(store, tokenizer, manifest.get("max_block_length"))
         if embedder is not None:
             check_embedder(retriever, embedder)
+            retriever.question_embedder = embedder
         return retriever.to_gpu() if use_gpu else retriever

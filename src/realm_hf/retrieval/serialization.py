@@ -27,6 +27,7 @@ from ..constants import (
 from ..io.consistent_reads import consistent_read, recover_moved_aside
 from ..io.paths import check_relative_name, resolve_inside
 from ..logging_utils import get_logger
+from ..progress import datasets_bars_follow_switches
 from .bm25 import BM25BlockIndex
 from .corpus import BlockCorpus, caching_outside, check_corpus_columns
 from .index import BlockIndex
@@ -248,7 +249,8 @@ def write_store(
     os.makedirs(directory, exist_ok=True)
     corpus_dir = os.path.join(directory, CORPUS_DIR)
     if corpus_format == "arrow":
-        store.corpus.dataset.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
+        with datasets_bars_follow_switches():  # "Saving the dataset": silent when realm-hf's bars are
+            store.corpus.dataset.save_to_disk(corpus_dir, max_shard_size=max_shard_size)
     else:
         _save_parquet_shards(store.corpus.dataset, corpus_dir, max_shard_size)
     index_path = os.path.join(directory, INDEX_NAME)

@@ -79,23 +79,31 @@ def sharded_search(
     layout: ShardLayout,
     stores: list[BlockStore],
     tokenizer,
-    question_embeddings,
+    queries,
     k: int,
     return_blocks: bool,
     rerank_factor: int,
     search_params: dict,
     return_embeddings: bool,
     return_token_ids: bool = False,
+    question_embedder=None,
+    filter=None,
 ) -> RealmSearchOutput:
     """
-    This process's top `k` blocks of the whole corpus for its `question_embeddings`: a collective call that every
-    process of `group` makes. `stores` are this process's shards, one snapshot of each for the whole call (a refresh
-    swapped in meanwhile installs new stores and leaves these as they are), so ids, scores, blocks, embeddings and
-    token ids come from one state of each shard; `tokenizer` tokenizes blocks stored without token ids.
+    This process's top `k` blocks of the whole corpus for its `queries` (question texts, embedded with
+    `question_embedder`, or embeddings): a collective call that every process of `group` makes. `stores` are this
+    process's shards, one snapshot of each for the whole call (a refresh swapped in meanwhile installs new stores and
+    leaves these as they are), so ids, scores, blocks, embeddings and token ids come from one state of each shard;
+    `tokenizer` tokenizes questions, and blocks stored without token ids. A `filter` is refused (on every process).
     """
     try:
+        if filter is not None:
+            raise ValueError(
+                "A sharded corpus cannot filter a search: merge it into one retriever (`.to_retriever()`) to search "
+                "with a filter, or keep the blocks you want from the results."
+            )
         request = {
-            "queries": contract.as_query_matrix(question_embeddings),
+            "queries": contract.search_queries(queries, question_embedder, tokenizer)[0],
             "k": contract.check_k(k),
             "rerank_factor": max(1, int(rerank_factor)),
             "params": normalize_search_params(search_params),

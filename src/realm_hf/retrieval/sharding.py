@@ -140,6 +140,16 @@ class ShardedRealmRetriever:
         return self.shards[0].max_block_length
 
     @property
+    def question_embedder(self):
+        """The embedder of question texts given to `search` (the shards', see [`Retriever.question_embedder`])."""
+        return self.shards[0].question_embedder
+
+    @question_embedder.setter
+    def question_embedder(self, embedder) -> None:
+        for shard in self.shards:
+            shard.question_embedder = embedder
+
+    @property
     def index_type(self) -> str:
         """The FAISS factory string of the shards' indexes."""
         return self.shards[0].store.index_type
@@ -167,20 +177,21 @@ class ShardedRealmRetriever:
 
     def search(
         self,
-        question_embeddings,
+        queries,
         k: int = 5,
         return_blocks: bool = True,
         rerank_factor: int = 1,
         return_embeddings: bool = False,
         return_token_ids: bool = False,
         questions: Sequence[str] | None = None,
+        filter=None,
         **search_params,
     ) -> RealmSearchOutput:
         """
-        Top-`k` blocks of the whole corpus for this process's questions; a **collective call** (see the class
-        docstring). Arguments and output as [`Retriever.search`] (`questions` is accepted and unused: the
-        shards hold dense indexes only, no BM25 index); `k`, `rerank_factor` and the search parameters
-        must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
+        Top-`k` blocks of the whole corpus for this process's questions (texts, embedded with `question_embedder`, or
+        embeddings); a **collective call** (see the class docstring). Arguments and output as [`Retriever.search`]
+        (`questions` is accepted and unused: the shards hold dense indexes only, no BM25 index; a `filter` is refused
+        on every process); `k`, `rerank_factor` and the search parameters must be the same on every process. Each shard returns its own top `k` (re-ranked from its stored vectors for
         compressed indexes), so for exact indexes (Flat, IVF-Flat probing every list) the result is the single
         retriever's; for approximate ones each shard's index is searched with the same parameters.
         """
@@ -190,13 +201,15 @@ class ShardedRealmRetriever:
             # One snapshot of each shard for the whole call (see `sharded_search`).
             [shard.store for shard in self.shards],
             self.tokenizer,
-            question_embeddings,
+            queries,
             k,
             return_blocks,
             rerank_factor,
             search_params,
             return_embeddings,
             return_token_ids,
+            self.question_embedder,
+            filter,
         )
 
     def embeddings(self, block_ids) -> torch.FloatTensor:
@@ -254,7 +267,9 @@ class ShardedRealmRetriever:
                 f"This process holds {len(self.shards)} of {self.num_shards} shards: merge on one process that holds "
                 "them all (load the sharded save without a process group)."
             )
-        return merge_shards(self.shards, index, train_size)
+        merged = merge_shards(self.shards, index, train_size)
+        merged.question_embedder = self.question_embedder
+        return merged
 
     # -----------------------------------------------------------------------------------------------------------------
     # Building, saving, loading (collective)
@@ -270,7 +285,9 @@ class ShardedRealmRetriever:
         `num_shards / world_size` shards (default one) and drops nothing else: free the full retriever afterwards.
         """
         group = group if isinstance(group, ShardGroup) else ShardGroup(group)
-        return cls(split_retriever(retriever, group, num_shards, train_size), group=group)
+        sharded = cls(split_retriever(retriever, group, num_shards, train_size), group=group)
+        sharded.question_embedder = retriever.question_embedder
+        return sharded
 
     @classmethod
     def from_documents(cls, documents, embedder: torch.nn.Module, tokenizer, group=None, **options) -> Self:
@@ -282,7 +299,10 @@ class ShardedRealmRetriever:
         own blocks. `options` are those of [`RealmRetriever.from_documents`] ([`BuildOptions`]).
         """
         group = group if isinstance(group, ShardGroup) else ShardGroup(group)
-        return cls([shard_from_documents(documents, embedder, tokenizer, BuildOptions(**options), group)], group=group)
+        shard = shard_from_documents(documents, embedder, tokenizer, BuildOptions(**options), group)
+        sharded = cls([shard], group=group)
+        sharded.question_embedder = embedder
+        return sharded
 
     def save_pretrained(
         self, save_directory: str | os.PathLike, corpus_format: str = "arrow", max_shard_size: str | int = "500MB"

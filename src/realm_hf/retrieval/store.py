@@ -16,6 +16,7 @@ from .bm25 import BM25BlockIndex, hybrid_candidates
 from .contract import RealmSearchOutput, check_query_shape
 from .corpus import TOKEN_IDS_COLUMN, BlockCorpus, as_id_array, pad_token_ids
 from .encoding import tokenize_block_texts
+from .filters import row_mask
 from .index import BlockIndex
 
 logger = get_logger(__name__)
@@ -108,16 +109,22 @@ class BlockStore:
         return_embeddings: bool = False,
         tokenizer=None,
         questions: list[str] | None = None,
+        filter=None,
     ) -> RealmSearchOutput:
         """
         The top `k` blocks of `queries` (a checked `(batch, dim)` float32 matrix, see `contract.as_query_matrix`),
         re-scored exactly for compressed indexes (`k * rerank_factor` candidates), with the blocks, stored embeddings
         and, given a `tokenizer`, the reader's token ids of the blocks (see [`~BlockStore.token_ids`]) on request.
         Given the question texts, a hybrid store (one with a `sparse` index) adds the BM25 candidates (see
-        [`hybrid_candidates`]: more than `k` results per question in `"candidates"` mode).
+        [`hybrid_candidates`]: more than `k` results per question in `"candidates"` mode). With a `filter` (see
+        [`row_mask`]), only the blocks it lets through: the exact top `k` among them for a Flat index, the best the
+        index's search reaches among them for an approximate one; `-1` after the last when fewer than `k` match.
         """
         check_query_shape(queries, k, self.dim, len(self))
-        ids, scores = self._dense_top(queries, k, rerank_factor, params)
+        mask = row_mask(self.corpus, filter)
+        if mask is not None and mask.all():
+            mask = None  # a filter every block passes: the unfiltered search
+        ids, scores = self._dense_top(queries, k, rerank_factor, params, mask)
         if questions is not None and self.sparse is not None:
             # A string goes whole to the check in `hybrid_candidates` (`list` split it into one question per letter).
             ids, scores = hybrid_candidates(
@@ -127,14 +134,29 @@ class BlockStore:
                 questions if isinstance(questions, (str, bytes)) else list(questions),
                 k,
                 lambda ids: self.corpus.embeddings(ids, self.dim),
+                mask,
             )
         return self._output(ids, scores, return_blocks, return_embeddings, tokenizer)
 
-    def _dense_top(self, queries: np.ndarray, k: int, rerank_factor: int, params: dict | None):
-        """`(ids, scores)` of the dense index's top `k`, exact scores, `-1` / `-inf` where it found fewer."""
+    def _dense_top(self, queries: np.ndarray, k: int, rerank_factor: int, params: dict | None, mask=None):
+        """
+        `(ids, scores)` of the dense index's top `k` (among the rows of `mask`, a [`row_mask`]), exact scores, `-1` /
+        `-inf` where it found fewer.
+        """
         exact = self.index.is_exact
-        fetch = k if exact else min(len(self), k * max(1, int(rerank_factor)))
-        ids, scores = self.index.nearest(queries, fetch, params or {})
+        allowed = None if mask is None else self.corpus.row_ids[mask]
+        expected = k if allowed is None else min(k, len(allowed))  # the results a complete search finds
+        pool = len(self) if allowed is None else len(allowed)
+        fetch = expected if exact else min(pool, k * max(1, int(rerank_factor)))
+        if allowed is None:
+            ids, scores = self.index.nearest(queries, fetch, params or {})
+        elif fetch == 0:
+            ids, scores, exact = np.empty((len(queries), 0), np.int64), np.empty((len(queries), 0), np.float32), True
+        else:
+            found = self.index.nearest_among(queries, fetch, params or {}, allowed)
+            if found is None:  # an index that cannot restrict its search: every matching block scored, exactly
+                found, exact = self._exhaustive_top(queries, np.flatnonzero(mask), expected), True
+            ids, scores = found
         ids = ids.astype(np.int64, copy=False)
         if not exact:
             # Compressed codes give approximate scores: re-score with the stored float32 vectors.
@@ -143,11 +165,28 @@ class BlockStore:
             order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
             ids = np.take_along_axis(ids, order, axis=1)
             scores = np.take_along_axis(scores, order, axis=1)
+        if ids.shape[1] < k:  # a filter let fewer than `k` blocks through
+            ids = np.pad(ids, ((0, 0), (0, k - ids.shape[1])), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
         missing = ids < 0
+        if missing[:, :expected].any():
+            self.warn_missing_results(expected, int(missing[:, :expected].any(axis=1).sum()))
         if missing.any():
             scores = np.where(missing, -np.inf, scores)
-            self.warn_missing_results(k, int(missing.any(axis=1).sum()))
         return ids, np.ascontiguousarray(scores, dtype=np.float32)
+
+    def _exhaustive_top(self, queries: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The exact top `k` of `queries` among corpus `rows` (sorted), by inner product with their stored vectors."""
+        ids = np.empty((len(queries), 0), dtype=np.int64)
+        scores = np.empty((len(queries), 0), dtype=np.float32)
+        for start in range(0, len(rows), RERANK_ROWS):
+            part = rows[start : start + RERANK_ROWS]
+            part_scores = queries @ self.corpus.embedding_rows(part).T
+            ids = np.concatenate([ids, np.broadcast_to(self.corpus.row_ids[part], part_scores.shape)], axis=1)
+            scores = np.concatenate([scores, part_scores.astype(np.float32)], axis=1)
+            best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            ids, scores = np.take_along_axis(ids, best, axis=1), np.take_along_axis(scores, best, axis=1)
+        return ids, scores
 
     def _output(self, ids, scores, return_blocks: bool, return_embeddings: bool, tokenizer) -> RealmSearchOutput:
         """The search output of `(ids, scores)`, with what was asked for looked up in this store."""

@@ -55,9 +55,40 @@ def highlighted_block_html(text: str, start: int | None, end: int | None) -> str
     )
 
 
-def answers_html(records: list[dict[str, Any]]) -> str:
-    """The answers of one question as HTML cards: rank, answer, probability, title, doc_id, block id, highlighted block."""
+_NOTICE_STYLE = "border:1px solid #d4a72c;background:#fff8c5;color:#3b2300;border-radius:8px;padding:8px 12px"
+_ERROR_STYLE = "color:#cf222e"
+
+
+def _untrained_reader_notice() -> str:
+    """The notice a page shows above everything when the model's reader was never trained."""
+    return (
+        f'<div class="realm-untrained-notice" style="{_NOTICE_STYLE}"><b>This model\'s reader was never trained</b> '
+        "(<code>config.reader_trained</code> is false, as after <code>init_from_bert</code>): its answers are "
+        "arbitrary spans of the retrieved blocks. Fine-tune it first (<code>realm-hf train</code>, "
+        "docs/training.md).</div>"
+    )
+
+
+def _error_html(message: str) -> str:
+    """An error shown in place of the answers (the previous question's answers are cleared with it)."""
+    return f'<p class="realm-error" style="{_ERROR_STYLE}">{html.escape(message)}</p>'
+
+
+def answers_html(records: list[dict[str, Any]], no_answer_threshold: float | None = None) -> str:
+    """
+    The answers of one question as HTML cards: rank, answer, its probability, and its source (title, doc_id, block
+    id, the block's retrieval score, the block's text with the answer highlighted); for "no answer", why.
+    """
     if not records or not records[0].get("answer"):
+        best = records[0].get("score", 0.0) if records else 0.0
+        if no_answer_threshold and best > 0.0:
+            # Declined by the threshold: say how sure the reader was, not a confident-looking answer.
+            return (
+                '<p class="realm-no-answer">No answer: the best span\'s probability '
+                f'<span class="realm-probability">p = {best:.3f}</span> is under this server\'s threshold '
+                f"({no_answer_threshold:g}). The retrieved blocks may not answer this question, or the question is "
+                "outside the corpus.</p>"
+            )
         return '<p class="realm-no-answer">No answer found in the retrieved blocks.</p>'
     cards = []
     for record in records:
@@ -69,6 +100,10 @@ def answers_html(records: list[dict[str, Any]]) -> str:
             source.append(f'<span class="realm-doc-id">doc_id {html.escape(str(block["doc_id"]))}</span>')
         if block.get("block_id") is not None:
             source.append(f"block {int(block['block_id'])}")
+        if block.get("retrieval_score") is not None:
+            source.append(
+                f'<span class="realm-retrieval-score">retrieval score {float(block["retrieval_score"]):.2f}</span>'
+            )
         cards.append(
             f'<div class="realm-answer" style="{_CARD_STYLE}">'
             f'<div><b>{int(record["rank"])}.</b> <span class="realm-answer-text" style="font-size:1.15em">'
@@ -225,6 +260,16 @@ def _guarded_blocks_class(gr):
     return RealmServedBlocks
 
 
+def _page_answers(service: RealmQAService, question, top_k) -> tuple[str, list[dict[str, Any]]]:
+    """What the page shows for a question: the answers' HTML and their records, or an error and no records."""
+    # An error replaces the previous answers on the page, so that they are not read as this question's.
+    try:
+        records = service.answer(question, top_k)
+    except ValueError as err:
+        return _error_html(str(err)), []
+    return answers_html(records, service.no_answer_threshold), records
+
+
 def build_app(
     model,
     tokenizer=None,
@@ -232,6 +277,7 @@ def build_app(
     write_token: str | None = None,
     top_k: int = 3,
     num_blocks: int | None = None,
+    no_answer_threshold: float | None = None,
     title: str = "REALM question answering",
     concurrency: int = 4,
     allowed_hosts: Sequence[str] = (),
@@ -242,8 +288,10 @@ def build_app(
     The Gradio app that serves a [`RealmForOpenQA`]: launch it (`app.launch()`), mount it, or save it as a Space's
     `app.py`.
 
-    The page takes a question and shows the top answers, each with its probability, its block's title, `doc_id` and
-    block id, and the block's text with the answer highlighted. The API (`gradio_client`) has three endpoints:
+    The page takes a question and shows the top answers, each with its probability, its block's title, `doc_id`,
+    block id and retrieval score, and the block's text with the answer highlighted; "no answer", with the best span's
+    probability, when that is under `no_answer_threshold`; a notice above everything when the model's reader was
+    never trained; an error in place of the previous answers. The API (`gradio_client`) has three endpoints:
 
     - `/answer` `(question: str, top_k: int)`: the answers as `realm-hf ask --json` gives them (docs/provenance.md);
     - `/add_document` `(token, text, title, doc_id)` and `/remove_document` `(token, doc_id)`: change the corpus in
@@ -255,6 +303,8 @@ def build_app(
         write_token (`str`, *optional*): The token that allows writes; none (and no environment variable): no writes.
         top_k (`int`, *optional*, defaults to 3): Answers per question the page starts with.
         num_blocks (`int`, *optional*): Blocks retrieved and read per question (default `config.reader_beam_size`).
+        no_answer_threshold (`float`, *optional*): Answer "no answer" when the best span's probability is under
+            this (default `config.no_answer_threshold`, else 0.1); 0 answers every question with its best span.
         title (`str`, *optional*): The page's heading and browser tab title.
         concurrency (`int`, *optional*, defaults to 4): Questions answered at the same time (the model's answering is
             thread-safe; each answer comes from one state of the index, also while documents change).
@@ -274,7 +324,13 @@ def build_app(
     if isinstance(allowed_hosts, str):
         allowed_hosts = [allowed_hosts]
     service = RealmQAService(
-        model, tokenizer, write_token=write_token, top_k=top_k, num_blocks=num_blocks, dtype=dtype
+        model,
+        tokenizer,
+        write_token=write_token,
+        top_k=top_k,
+        num_blocks=num_blocks,
+        dtype=dtype,
+        no_answer_threshold=no_answer_threshold,
     )
 
     def user_error(err: Exception):
@@ -303,8 +359,7 @@ def build_app(
             raise user_error(err) from None
 
     def ask_page(question, k):
-        records = answer(question, k)
-        return answers_html(records), records
+        return _page_answers(service, question, k)
 
     def write_page(action, *args):
         # The page shows a refusal in place (not only as a pop-up), so that it stays on screen.
@@ -317,6 +372,8 @@ def build_app(
     corpus_size = model.retriever.num_blocks
     with _guarded_blocks_class(gr)(title=title, analytics_enabled=False) as app:
         gr.Markdown(f"# {html.escape(title)}\nAnswers from a corpus of {corpus_size:,} blocks, with their source.")
+        if not service.reader_trained:
+            gr.HTML(_untrained_reader_notice(), elem_id="untrained-notice")
         with gr.Row():
             question = gr.Textbox(label="Question", placeholder="Ask a question", elem_id="question", scale=4)
             k = gr.Slider(1, MAX_TOP_K, value=service.top_k, step=1, label="Answers", elem_id="top-k", scale=1)

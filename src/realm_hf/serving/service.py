@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from ..constants import SERVE_WRITE_TOKEN_ENV
+from ..models.openqa_answers import resolve_no_answer_threshold
 from ..pipelines import RealmQuestionAnsweringPipeline
 from ..precision import check_int8, parse_dtype
 
@@ -48,16 +49,32 @@ class RealmQAService:
         num_blocks (`int`, *optional*): Blocks retrieved and read per question (default `config.reader_beam_size`).
         dtype (`str` or `torch.dtype`, *optional*, defaults to fp32): Compute dtype of every answer (`"bf16"`,
             `"auto"`, `"int8"` on a CPU, ...; see `RealmForOpenQA.answer`).
+        no_answer_threshold (`float`, *optional*): Answer "no answer" when the best span's probability is under this
+            (default `config.no_answer_threshold`, else 0.1): a served page shows no confident-looking answer to a
+            question its corpus does not answer. 0 answers every question with its best span.
     """
 
     def __init__(
-        self, model, tokenizer=None, write_token: str | None = None, top_k: int = 3, num_blocks=None, dtype=None
+        self,
+        model,
+        tokenizer=None,
+        write_token: str | None = None,
+        top_k: int = 3,
+        num_blocks=None,
+        dtype=None,
+        no_answer_threshold: float | None = None,
     ):
         model.require_retriever()  # says how to attach a corpus when there is none
         self.dtype = parse_dtype(dtype)
         if self.dtype == "int8":
             check_int8(model.device)  # refused when the server starts, not at its first question
         self.model = model
+        #: The span probability under which answers are "no answer" (0: never).
+        self.no_answer_threshold = resolve_no_answer_threshold(
+            model.config, no_answer_threshold, handle_impossible_answer=True
+        )
+        #: Whether the reader's span head was trained (`config.reader_trained`); the page says so when it was not.
+        self.reader_trained = bool(getattr(model.config, "reader_trained", True))
         self.pipeline = RealmQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, device=model.device)
         self.tokenizer = self.pipeline.tokenizer
         self.top_k = check_top_k(top_k)
@@ -79,14 +96,20 @@ class RealmQAService:
 
         Returns:
             `list[dict]`: up to `top_k` records, best first, each `{"question", "rank", "answer", "score", "logit",
-            "start", "end", "block"}`; one record with `answer` `""` when the reader finds no span.
+            "start", "end", "block"}`; one "no answer" record (`answer` `""`, `block` `None`, `score` the best span's
+            probability) when the reader finds no span or the best span's probability is under
+            `no_answer_threshold` (answers under it are left out).
         """
         top_k = self.top_k if top_k is None else check_top_k(top_k)
         if not isinstance(question, str):
             raise ValueError(f"The question must be a string, got {type(question).__name__}.")
         _check_length("The question", question, MAX_QUESTION_CHARS)
         # The pipeline checks the question (`user_text.check_questions`, the rule every entry point shares).
-        kwargs = {"top_k": top_k, "max_question_length": MAX_QUESTION_LENGTH}
+        kwargs = {
+            "top_k": top_k,
+            "max_question_length": MAX_QUESTION_LENGTH,
+            "no_answer_threshold": self.no_answer_threshold,
+        }
         if self.num_blocks is not None:
             kwargs["num_blocks"] = self.num_blocks
         if self.dtype is not None:

@@ -47,6 +47,9 @@ logger = get_logger(__name__)
 COMPONENTS = ("reader", "query_embedder", "document_embedder", "encoder", "embedder")
 DEFAULT_TARGETS = ("reader", "query_embedder")
 DEFAULT_TARGET_MODULES = ("query", "value")
+#: The reader's span head: new in a model fresh from `init_from_bert`, so trained in full (peft's `modules_to_save`),
+#: as peft trains the new task head of a sequence-classification model.
+SPAN_HEAD = "qa_outputs"
 
 
 def _self_components(model: torch.nn.Module) -> tuple[str, ...]:
@@ -181,11 +184,18 @@ def add_lora(
     dropout: float = 0.0,
     target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
     adapter_name: str = "default",
+    modules_to_save: Sequence[str] | None = None,
     **lora_kwargs,
 ):
     r"""
-    Wrap a REALM model in a `peft` LoRA model whose only trainable parameters are low-rank adapters on the
-    attention projections of the chosen components.
+    Wrap a REALM model in a `peft` LoRA model whose trainable parameters are low-rank adapters on the attention
+    projections of the chosen components, and, when the model's reader was never trained, its span head.
+
+    A model fresh from [`init_from_bert`] (`config.reader_trained=False`) has a random span head (`qa_outputs`), and
+    adapters on the attention cannot make a random head answer: as peft trains a new task head in full (the classifier
+    of `task_type="SEQ_CLS"`), the span head then trains in full through `modules_to_save` (a few thousand weights;
+    saved with the adapter, merged by [`merge_adapter`]). `config.reader_trained` becomes `True` at the first
+    optimizer step only when the span head trains ([`~realm_hf.training.openqa.mark_reader_trained`]).
 
     The returned `PeftModel` behaves like the model: `peft_model(input_ids=..., questions=..., answers=...)` passes
     every keyword through, `peft_model.retriever`, `peft_model.answer(...)` and `peft_model.embed_questions(...)`
@@ -203,24 +213,26 @@ def add_lora(
         dropout (`float`, *optional*, defaults to 0.0): Dropout on the LoRA input.
         target_modules (`Sequence[str]`, *optional*, defaults to `("query", "value")`): Attention projections.
         adapter_name (`str`, *optional*, defaults to `"default"`): Name of the adapter.
+        modules_to_save (`Sequence[str]`, *optional*): Modules trained in full beside the adapters (peft's option).
+            By default the span head (`"qa_outputs"`) when `config.reader_trained` is `False`, else none. A list
+            without the span head for a never-trained reader is refused: the model would answer at random.
         **lora_kwargs: Other `peft.LoraConfig` arguments (`use_rslora`, `init_lora_weights`, ...).
 
     Returns:
         `peft.PeftModel`
     """
-    from peft import LoraConfig, get_peft_model
-
-    if r < 1:
-        raise ValueError(f"LoRA rank `r` must be >= 1, got {r}.")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"LoRA `dropout` must be in [0, 1), got {dropout}.")
+    check_lora_options(r=r, alpha=alpha, dropout=dropout)
     pattern = lora_target_regex(model, targets, target_modules)
+    modules_to_save = _modules_to_save(model, modules_to_save)
+    from peft import LoraConfig, get_peft_model  # optional at import time: only LoRA needs it
+
     config = LoraConfig(
         r=r,
         lora_alpha=alpha,
         lora_dropout=dropout,
         target_modules=pattern,
         bias=lora_kwargs.pop("bias", "none"),
+        modules_to_save=modules_to_save,
         **lora_kwargs,
     )
     with _input_embeddings_for_peft(model):
@@ -230,6 +242,51 @@ def add_lora(
         raise ValueError(f"No module of {type(model).__name__} matched {pattern!r}: nothing to train.")
     logger.info("LoRA on %s: %d trainable tensors (pattern %s).", type(model).__name__, len(trainable), pattern)
     return peft_model
+
+
+def check_lora_options(r=8, alpha=16, dropout=0.0) -> None:
+    """
+    Raise a `ValueError` naming the option for a LoRA rank `r` that is not a positive integer, an `alpha` that is not
+    a positive number, or a `dropout` outside [0, 1) (`realm-hf train` checks its `lora:` section with it before any
+    model loads).
+    """
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise ValueError(f"LoRA rank `r` must be a positive integer, got {r!r}.")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise ValueError(f"LoRA `alpha` must be a positive number, got {alpha!r}.")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"LoRA `dropout` must be in [0, 1), got {dropout!r}.")
+
+
+def _has_untrained_reader(model: torch.nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    has_reader = any(isinstance(module, RealmReader) for module in model.modules())
+    return has_reader and not getattr(config, "reader_trained", True)
+
+
+def _modules_to_save(model: torch.nn.Module, modules_to_save: Sequence[str] | None) -> list[str] | None:
+    """`modules_to_save` for peft: the span head of a never-trained reader by default; a list without it refused."""
+    if isinstance(modules_to_save, str):
+        modules_to_save = [modules_to_save]
+    untrained = _has_untrained_reader(model)
+    if modules_to_save is None:
+        if not untrained:
+            return None
+        logger.info(
+            "The reader's span head was never trained (config.reader_trained=False): it trains in full beside the "
+            "LoRA adapters (modules_to_save=[%r]).",
+            SPAN_HEAD,
+        )
+        return [SPAN_HEAD]
+    modules_to_save = list(modules_to_save)
+    if untrained and not any(name == SPAN_HEAD or name.endswith("." + SPAN_HEAD) for name in modules_to_save):
+        raise ValueError(
+            f"The reader's span head ({SPAN_HEAD}) was never trained (config.reader_trained=False, as after "
+            f"init_from_bert), and modules_to_save={modules_to_save!r} leaves it frozen: LoRA on the attention cannot "
+            f"make a random head answer. Leave `modules_to_save` unset (the span head then trains in full) or add "
+            f"{SPAN_HEAD!r} to it."
+        )
+    return modules_to_save or None
 
 
 def save_adapter(peft_model, save_directory: str | os.PathLike, **kwargs) -> str:
@@ -340,7 +397,9 @@ __all__ = [
     "COMPONENTS",
     "DEFAULT_TARGETS",
     "DEFAULT_TARGET_MODULES",
+    "SPAN_HEAD",
     "add_lora",
+    "check_lora_options",
     "load_adapter",
     "lora_parameter_names",
     "lora_target_regex",

@@ -11,7 +11,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from ..logging_utils import get_logger
-from ..metrics import answer_recall_at_k, compute_qa_metrics
+from ..metrics import answer_mrr_at_k, answer_ndcg_at_k, answer_recall_at_k, compute_qa_metrics
 from ..progress import progress_bar
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import (
@@ -53,6 +53,14 @@ class DataCollatorForOpenQA:
     num_truncated: int = 0
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, Any]:
+        missing = next((example for example in examples if self.question_column not in example), None)
+        if missing is not None:
+            raise ValueError(
+                f"A training example has no {self.question_column!r} field (fields: {', '.join(sorted(missing))}). "
+                "transformers.Trainer drops the dataset columns the model's forward does not name before they reach "
+                "the collator: pass `remove_unused_columns=False` in its TrainingArguments, or train with "
+                "RealmOpenQATrainer, which keeps them (docs/training.md)."
+            )
         questions = [example[self.question_column] for example in examples]
         problems = question_content_problems(questions, self.tokenizer)
         if problems:
@@ -148,11 +156,14 @@ def evaluate_openqa(
     return_predictions: bool = False,
     max_question_length: int = 64,
     dtype=None,
+    return_retrieved: bool = False,
 ) -> dict[str, float]:
     """
-    Evaluate a [`RealmForOpenQA`] on a QA dataset: exact match and F1 of the predicted answers (SQuAD normalisation)
+    Evaluate a [`RealmForOpenQA`] on a QA dataset: exact match and F1 of the predicted answers (SQuAD normalisation),
     and answer recall@k of retrieval (a question counts as hit at k if one of its top-k blocks contains a gold answer,
-    as in ORQA/REALM).
+    as in ORQA/REALM) with the ranking metrics MRR@k and nDCG@k on the same relevance
+    ([`~realm_hf.metrics.answer_mrr_at_k`], [`~realm_hf.metrics.answer_ndcg_at_k`]: the retrieved blocks down to the
+    deepest `k`).
 
     Every question is scored: one longer than `max_question_length` wordpieces is cut to that length (as in
     training), and one that cannot be answered at all (empty, undecodable, no known wordpiece) counts as a wrong
@@ -162,7 +173,10 @@ def evaluate_openqa(
     `RealmForOpenQA.answer`); recall@k deeper than the blocks read is measured with fp32 question vectors.
 
     Returns:
-        `dict` with `exact_match`, `f1` (0-100) and `recall@k` (0-1) for each k (and `predictions` if asked).
+        `dict` with `exact_match`, `f1` (0-100), and `recall@k`, `mrr@k`, `ndcg@k` (0-1) for each k; with
+        `return_predictions`, `predictions` (the answer of each question); with `return_retrieved`, `retrieved` (for
+        each question, `(block_id, retrieval_score)` of its blocks, best first, down to the deepest `k`; empty for a
+        question that could not be answered), from which `realm-hf evaluate --run-file` writes a TREC run.
     """
 
     retriever = model.require_retriever()
@@ -210,6 +224,7 @@ def evaluate_openqa(
     answerable = [i for i in range(len(questions)) if i not in unanswerable]
     max_k = min(max(recall_ks), len(retriever))
     predictions, retrieved_texts = [""] * len(questions), [[] for _ in questions]
+    retrieved_ids = [[] for _ in questions]
     was_training = model.training
     model.eval()
     try:
@@ -231,7 +246,8 @@ def evaluate_openqa(
                 if max_k <= min(len(result["retrieved"]) for result in results):
                     # The reader's own retrieval already covers the deepest cut-off.
                     for i, result in zip(rows, results):
-                        retrieved_texts[i] = [b["text"] for b in result["retrieved"]]
+                        retrieved_texts[i] = [b["text"] for b in result["retrieved"]][:max_k]
+                        retrieved_ids[i] = [(b["block_id"], b["retrieval_score"]) for b in result["retrieved"]][:max_k]
                     continue
                 inputs = tokenizer_call(tokenizer, chunk, padding=True, return_tensors="pt").to(model.device)
                 embeddings = model.embed_questions(
@@ -239,19 +255,22 @@ def evaluate_openqa(
                 )
                 # With the question texts, as `answer()` searches: a hybrid retriever adds its BM25 candidates.
                 search = retriever.search(embeddings, max_k, questions=chunk)
-                for i, blocks in zip(rows, search.blocks):
+                for i, blocks, scores in zip(rows, search.blocks, search.scores.tolist()):
                     retrieved_texts[i] = [block["text"] for block in blocks]
+                    retrieved_ids[i] = [(int(block["block_id"]), float(s)) for block, s in zip(blocks, scores)]
     finally:
         model.train(was_training)
     metrics = compute_qa_metrics(predictions, references)
     metrics = {key: float(value) for key, value in metrics.items() if key in ("exact_match", "f1")}
-    recalls = answer_recall_at_k(retrieved_texts, references, ks=[k for k in recall_ks if k <= max_k])
-    metrics.update(
-        # `answer_recall@k` -> `recall@k`: in Open-QA evaluation recall is answer recall (the ORQA/REALM convention).
-        {key.replace("answer_recall@", "recall@"): float(value) for key, value in recalls.items()}
-    )
+    ks = [k for k in recall_ks if k <= max_k]
+    for retrieval_metric in (answer_recall_at_k, answer_mrr_at_k, answer_ndcg_at_k):
+        # `answer_recall@k` -> `recall@k`: in Open-QA evaluation relevance is answer-based (the ORQA/REALM convention).
+        values = retrieval_metric(retrieved_texts, references, ks=ks)
+        metrics.update({key.removeprefix("answer_"): float(value) for key, value in values.items()})
     if return_predictions:
         metrics["predictions"] = predictions
+    if return_retrieved:
+        metrics["retrieved"] = retrieved_ids
     return metrics
 
 
@@ -269,13 +288,15 @@ def keep_data_columns(trainer, columns) -> None:
 def mark_reader_trained(model) -> bool:
     """
     Record in the config of `model` (a [`RealmForOpenQA`], possibly inside DDP / Accelerate / PEFT wrappers) that its
-    reader has been trained, when any reader parameter is trainable (`requires_grad`); returns whether it did. Call
-    it after an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
+    reader has been trained, when its span head (`reader.qa_outputs`, which `init_from_bert` leaves random) has a
+    trainable parameter (`requires_grad`; under peft, through `modules_to_save`); returns whether it did. LoRA
+    adapters on the reader's attention alone do not count: they cannot make a random span head answer. Call it after
+    an optimizer step of a training loop of your own; [`RealmOpenQATrainer`] calls it for you.
     """
 
     model = unwrap_realm_model(model)
-    reader = getattr(model, "reader", None)
-    if reader is None or not any(parameter.requires_grad for parameter in reader.parameters()):
+    head = getattr(getattr(model, "reader", None), "qa_outputs", None)
+    if head is None or not any(parameter.requires_grad for parameter in head.parameters()):
         return False
     model.config.reader_trained = True
     return True

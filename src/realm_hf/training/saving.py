@@ -16,6 +16,7 @@ import re
 import shutil
 import warnings
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from ..constants import CORPUS_DIR, RETRIEVER_SUBFOLDER
@@ -128,6 +129,18 @@ class RealmCheckpointMixin:
 
         return not (
             self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available() or is_sagemaker_mp_enabled()
+        )
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # A checkpoint holds a tied weight once (safetensors), so a resumed model misses its tied copies (the heads'
+        # `decoder.bias`), and transformers warned of "missing keys" that are not: tie them, warn about the rest.
+        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        tied = tuple(getattr(model, "all_tied_weights_keys", None) or ())
+        missing = [key for key in load_result.missing_keys if not any(key == t or key.endswith("." + t) for t in tied)]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        return super()._issue_warnings_after_load(
+            SimpleNamespace(missing_keys=missing, unexpected_keys=list(load_result.unexpected_keys))
         )
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
