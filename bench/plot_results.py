@@ -20,8 +20,9 @@ The results file (docs/results.md, "Pictures of a run", documents it; other keys
   `realm_hf.training.recipes.evaluation_history`) are read as well; without `set` a point belongs to the set `eval`.
 - `num_held_out` (optional): `{set: count}`, shown in the legend.
 
-`bench/wikipedia_stages.py --json`'s file, a list of `{"stage", "metrics": {set: metrics}, "seconds"}` whose first
-rows are untrained starts, is read too; it has no step counts, so its curve is drawn by stage.
+`bench/wikipedia_stages.py --json` writes such a file too (with `--curve-every N`, its `curve`). Its older output, a list
+of `{"stage", "metrics": {set: metrics}, "seconds"}` whose first rows are untrained starts, is read too; it has no step
+counts, so its curve is drawn by stage.
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ the last columns are against the PCA start; `min` is the stage's training minute
 
     python bench/wikipedia_stages.py                          # the demo's settings (tens of minutes on 2 cores)
     python bench/wikipedia_stages.py --end-to-end-steps 60    # and end to end with refresh after them
+    python bench/wikipedia_stages.py --curve-every 30 --json stages.json && python bench/plot_results.py stages.json
 
 Takes every option of `examples/demo_wikipedia.py` (`--reader-steps`, `--openqa-steps`, `--reader-questions`,
-`--summaries`, `--bert`, ...); `--quick` is for the smoke test (tiny corpus and model given by `--summaries`,
-`--handwritten`, `--written-train`, `--written-dev`, `--bert`).
+`--summaries`, `--bert`, `--curve-every`: the learning curve, evaluations every N steps inside the stages, ...).
+`--json` writes the run as a results file for bench/plot_results.py; `--quick` is for the smoke test (tiny corpus
+and model given by `--summaries`, `--handwritten`, `--written-train`, `--written-dev`, `--bert`).
 """
 
 from __future__ import annotations
@@ -51,10 +53,35 @@ def format_table(rows: list[tuple[str, dict, float]]) -> str:
     return "\n".join(lines)
 
 
+def results_record(rows: list, trained: list, curve: list, start: dict, args) -> dict:
+    """
+    The run as a results file (`demo_results.json`'s keys, read by bench/plot_results.py): `before` the PCA start,
+    `stages` with the evaluation after each and its steps, `after` the last evaluation, and the `curve` points of
+    `--curve-every`; the random-projection start under `random_projection_start`.
+    """
+    evaluated = rows[2:]  # after each trained stage, in order
+    return {
+        "random_projection_start": rows[0][1],
+        "before": rows[1][1],
+        "stages": [
+            {"stage": name, "steps": n, "batch_size": batch, "seconds": round(seconds, 1), "metrics": metrics}
+            for (name, n, batch, seconds), (_, metrics, _) in zip(trained, evaluated, strict=True)
+        ],
+        "after": rows[-1][1],
+        "curve": curve,
+        "num_held_out": {
+            "generated": len(start["held_out"]),
+            "hand-written": len(start["task"]["handwritten"]),
+            **({"dev": len(start["task"]["dev"])} if start["task"]["dev"] else {}),
+        },
+        "seed": args.seed,
+    }
+
+
 def main(argv=None) -> int:
     # The bench's own options; every other one is the demo's.
     parser = argparse.ArgumentParser(description="The main job's stages, measured in one run.", add_help=False)
-    parser.add_argument("--json", default=None, help="Write the rows to this JSON file.")
+    parser.add_argument("--json", default=None, help="Write the run to this results file (bench/plot_results.py).")
     parser.add_argument("--quick", action="store_true", help="For the smoke test: tiny corpus and model.")
     parser.add_argument("--end-to-end-steps", type=int, default=0, help="End to end with refresh: steps (0: skip).")
     parser.add_argument("--end-to-end-refresh-steps", type=int, default=0, help="Refresh period (default: half).")
@@ -76,20 +103,30 @@ def main(argv=None) -> int:
     del random_start
     start = demo_wikipedia.prepare(args, bert_dir, pca=True)
     rows.append(("start (PCA projection, the demo's)", demo_wikipedia.evaluate(start["model"], start["sets"]), 0.0))
-    timer = {"at": time.perf_counter()}
+    evaluated = []
 
     def after_stage(name):
-        seconds = time.perf_counter() - timer["at"]
-        rows.append((f"+ {name}", demo_wikipedia.evaluate(start["model"], start["sets"]), seconds))
-        timer["at"] = time.perf_counter()
+        evaluated.append((f"+ {name}", demo_wikipedia.evaluate(start["model"], start["sets"])))
 
-    demo_wikipedia.train_stages(args, start, after_stage=after_stage)
+    curve = []
+    trained = demo_wikipedia.train_stages(args, start, after_stage=after_stage, curve=curve)
     steps = own.end_to_end_steps
     if steps:
         refresh = own.end_to_end_refresh_steps or max(1, steps // 2)
         questions = demo_wikipedia.training_questions(start["task"], args.openqa_questions)
-        name = demo_wikipedia.openqa_stage(args, start, steps, refresh, questions)[0]
+        offset = sum(stage[1] for stage in trained)
+        callbacks = []
+        if args.curve_every:
+            callbacks.append(
+                demo_wikipedia.learning_curve_callback(
+                    start["model"], start["sets"], args.curve_every, offset, offset + steps, curve
+                )
+            )
+        name, n, batch, seconds = demo_wikipedia.openqa_stage(args, start, steps, refresh, questions, callbacks)
+        trained.append((name, n, batch, seconds - sum(callback.seconds for callback in callbacks)))
         after_stage(name)
+    # The table's minutes are each stage's training, without the evaluations after it or during it (the curve's).
+    rows += [(name, metrics, stage[3]) for (name, metrics), stage in zip(evaluated, trained, strict=True)]
     print(
         f"\nWikipedia main job, stage by stage (seed {args.seed}; {len(start['held_out'])} generated and "
         f"{len(start['task']['dev'])} dev and {len(start['task']['handwritten'])} hand-written questions; min: training "
@@ -99,7 +136,7 @@ def main(argv=None) -> int:
     print(format_table(rows))
     if as_json:
         with open(as_json, "w") as f:
-            json.dump([{"stage": n, "metrics": m, "seconds": s} for n, m, s in rows], f, indent=2)
+            json.dump(results_record(rows, trained, curve, start, args), f, indent=2)
     return 0
 
 

@@ -148,6 +148,13 @@ def parse_args(argv=None):
         "default such spans rank last (config.skip_answers_in_question).",
     )
     parser.add_argument("--eval-questions", type=int, default=200, help="Generated held-out questions evaluated.")
+    parser.add_argument(
+        "--curve-every",
+        type=int,
+        default=0,
+        help="Also evaluate the held-out sets every N training steps, for the learning curve (each evaluation takes "
+        "about a minute on 2 cores; 0: before and after training only).",
+    )
     parser.add_argument("--show", type=int, default=8, help="Held-out questions answered at the end.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -159,6 +166,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if not 0.0 <= args.dropout < 1.0:
         parser.error(f"--dropout must be in [0, 1), got {args.dropout}.")
+    if args.curve_every < 0:
+        parser.error(f"--curve-every must be 0 or a positive number of steps, got {args.curve_every}.")
     if args.retriever_steps is None:
         args.retriever_steps = 0 if args.retrieval == "hybrid" else 200
     return args
@@ -204,6 +213,37 @@ def right_by_answer_kind(questions, predictions) -> dict:
         counts[kind][0] += bool(exact_match_score(prediction or "", question["answers"]))
         counts[kind][1] += 1
     return {kind: {"right": right, "questions": total} for kind, (right, total) in counts.items()}
+
+
+def learning_curve_callback(model, sets: dict, every: int, offset: int, last_step: int, points: list):
+    """
+    A `TrainerCallback` that evaluates `sets` every `every` steps of a stage, appending `{"step", "set",
+    "exact_match", "recall@5"}` to `points`; `step` counts from the job's first training step (`offset` steps ran
+    before this stage), and `last_step` on is left to the evaluation after training (or after the stage). Its
+    `seconds` are those it spent evaluating, not training.
+    """
+    from transformers import TrainerCallback
+
+    class LearningCurve(TrainerCallback):
+        seconds = 0.0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step = offset + state.global_step
+            if state.global_step % every or step >= last_step:
+                return
+            started = time.perf_counter()
+            # The reader warm-up trains `model.reader` alone: each module's mode comes back as it was.
+            modes = [(module, module.training) for module in model.modules()]
+            metrics = evaluate(model, sets)
+            for module, training in modes:
+                module.training = training
+            points.extend(
+                {"step": step, "set": name, "exact_match": m["exact_match"], "recall@5": m["recall@5"]}
+                for name, m in metrics.items()
+            )
+            self.seconds += time.perf_counter() - started
+
+    return LearningCurve()
 
 
 def model_options(args) -> dict:
@@ -358,14 +398,14 @@ def training_arguments(args, steps: int, batch_size: int, learning_rate: float):
     )
 
 
-def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: list[dict]) -> tuple:
+def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: list[dict], callbacks=()) -> tuple:
     """
     REALM's Open-QA fine-tuning for `steps` steps of `args.openqa_batch_size` `questions`: the marginal likelihood of
     their answers over the retrieved blocks trains the reader and the question embedder. With `refresh_steps`, the
     document embedder trains too and `RealmReindexCallback` re-embeds the corpus in the background every
     `refresh_steps` steps (and once at the end, so the saved index matches the weights); without, the document
-    embedder and the index stay as built (the paper's fine-tuning). Returns the stage's `(name, steps, batch size,
-    seconds)`.
+    embedder and the index stay as built (the paper's fine-tuning); `callbacks` join the Trainer's. Returns the
+    stage's `(name, steps, batch size, seconds)`.
     """
     from realm_hf.training.recipes import openqa_trainer, reindex_callback, set_document_embedder_trainable
 
@@ -381,6 +421,7 @@ def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: l
         training_arguments(args, steps, args.openqa_batch_size, args.openqa_learning_rate),
         data,
         reindex=reindex,
+        callbacks=callbacks,
     ).train()
     model.freeze_document_embedder()
     if reindex is not None:
@@ -391,10 +432,13 @@ def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: l
     return (name, steps, args.openqa_batch_size, time.perf_counter() - started)
 
 
-def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
+def train_stages(args, start: dict, after_stage=None, curve: list | None = None, last_step: int | None = None):
     """
     The demo's training on `start` ([`prepare`]): retriever warm-up, reader warm-up and Open-QA fine-tuning, each
-    skipped at 0 steps; `after_stage(name)` runs after each. Returns `(stage, steps, batch_size, seconds)` per stage.
+    skipped at 0 steps; `after_stage(name)` runs after each. With `args.curve_every`, the held-out sets are evaluated
+    every so many steps into `curve` ([`learning_curve_callback`]), up to the job's `last_step` (default: the last
+    step of these stages) or, with `after_stage`, up to each stage's end. Returns `(stage, steps, batch_size,
+    seconds)` per stage, the seconds those of training (not of the curve's evaluations).
     """
 
     from realm_hf.training.recipes import (
@@ -404,25 +448,39 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
     )
 
     model, task, retriever, tokenizer = start["model"], start["task"], start["retriever"], start["tokenizer"]
+    questions = training_questions(task, args.openqa_questions) if args.openqa_steps else []
+    if last_step is None:
+        last_step = args.retriever_steps + args.reader_steps + (args.openqa_steps if questions else 0)
+    stages, made = [], []
 
-    def arguments(steps, batch_size, learning_rate):
-        return training_arguments(args, steps, batch_size, learning_rate)
+    def curve_callbacks(steps: int) -> list:
+        if curve is None or not args.curve_every:
+            return []
+        offset = sum(stage[1] for stage in stages)
+        end = offset + steps if after_stage is not None else last_step  # `after_stage` evaluates the stage's end
+        made.append(learning_curve_callback(model, start["sets"], args.curve_every, offset, end, curve))
+        return made[-1:]
 
-    stages = []
+    def finished(name: str, steps: int, batch_size: int, seconds: float) -> None:
+        stages.append((name, steps, batch_size, seconds - sum(callback.seconds for callback in made)))
+        made.clear()
+        if after_stage is not None:
+            after_stage(name)
+
+    def run(trainer, steps: int) -> None:
+        for callback in curve_callbacks(steps):
+            trainer.add_callback(callback)
+        trainer.train()
 
     if args.retriever_steps:
         started = time.perf_counter()
         log(f"Retriever warm-up: {args.retriever_steps} steps of {args.retriever_batch_size} questions ...")
-        retriever_warmup_trainer(
-            model,
-            arguments(args.retriever_steps, args.retriever_batch_size, args.retriever_learning_rate),
-            qa_dataset(task["train"]).shuffle(seed=args.seed),
-        ).train()
-        stages.append(
-            ("retriever warm-up", args.retriever_steps, args.retriever_batch_size, time.perf_counter() - started)
+        arguments = training_arguments(
+            args, args.retriever_steps, args.retriever_batch_size, args.retriever_learning_rate
         )
-        if after_stage is not None:
-            after_stage("retriever warm-up")
+        data = qa_dataset(task["train"]).shuffle(seed=args.seed)
+        run(retriever_warmup_trainer(model, arguments, data), args.retriever_steps)
+        finished("retriever warm-up", args.retriever_steps, args.retriever_batch_size, time.perf_counter() - started)
     if args.reader_steps:
         started = time.perf_counter()
         examples = reader_warmup_examples(
@@ -433,13 +491,9 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
             seed=args.seed,
         )
         log(f"Reader warm-up: {args.reader_steps} steps of {args.reader_batch_size} from {len(examples)} examples ...")
-        reader_warmup_trainer(
-            model, arguments(args.reader_steps, args.reader_batch_size, args.reader_learning_rate), examples, tokenizer
-        ).train()
-        stages.append(("reader warm-up", args.reader_steps, args.reader_batch_size, time.perf_counter() - started))
-        if after_stage is not None:
-            after_stage("reader warm-up")
-    questions = training_questions(task, args.openqa_questions) if args.openqa_steps else []
+        arguments = training_arguments(args, args.reader_steps, args.reader_batch_size, args.reader_learning_rate)
+        run(reader_warmup_trainer(model, arguments, examples, tokenizer), args.reader_steps)
+        finished("reader warm-up", args.reader_steps, args.reader_batch_size, time.perf_counter() - started)
     if args.openqa_steps and not questions:
         # --summaries without --written-train has no written questions: there is nothing to fine-tune on.
         log(
@@ -447,9 +501,8 @@ def train_stages(args, start: dict, after_stage=None) -> list[tuple]:
             "--openqa-questions generated)."
         )
     elif args.openqa_steps:
-        stages.append(openqa_stage(args, start, args.openqa_steps, args.refresh_steps, questions))
-        if after_stage is not None:
-            after_stage(stages[-1][0])
+        callbacks = curve_callbacks(args.openqa_steps)
+        finished(*openqa_stage(args, start, args.openqa_steps, args.refresh_steps, questions, callbacks))
     return stages
 
 
@@ -465,7 +518,8 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
     before = evaluate(model, {name: data for name, data in sets.items() if name != "dev"})
     log(f"before: {json.dumps(before)}")
 
-    stages = train_stages(args, start)
+    curve = []
+    stages = train_stages(args, start, curve=curve)
     log("Evaluating after training ...")
     after = evaluate(
         model, sets, questions={"generated": held_out, "hand-written": task["handwritten"], "dev": task["dev"]}
@@ -480,6 +534,7 @@ def build(args, bert_dir: str, model_dir: str) -> dict:
         "before": before,
         "after": after,
         "stages": [{"stage": s, "steps": n, "batch_size": b, "seconds": round(sec, 1)} for s, n, b, sec in stages],
+        "curve": curve,
         "shown_questions": [{k: q[k] for k in ("question", "answers", "title", "kind")} for q in shown],
         "num_held_out": {
             "generated": len(held_out),

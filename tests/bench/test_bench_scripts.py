@@ -338,22 +338,27 @@ def test_wikipedia_stages_bench_quick_runs_every_stage(tmp_path, capsys):
         "--retriever-batch-size", "4", "--reader-steps", "1", "--reader-batch-size", "4", "--openqa-steps", "1",
         "--openqa-batch-size", "2", "--searcher-beam", "4", "--eval-questions", "4",
         "--written-train", os.path.join(wiki, "written_train.jsonl"), "--written-dev", "none",
-        "--end-to-end-steps", "2", "--end-to-end-refresh-steps", "1",
+        "--end-to-end-steps", "2", "--end-to-end-refresh-steps", "1", "--curve-every", "1",
     ]  # fmt: skip
     assert stages.main(argv) == 0
     printed = capsys.readouterr().out
-    rows = json.loads(out.read_text())
-    assert [r["stage"] for r in rows] == [
-        "start (random projection)",
-        "start (PCA projection, the demo's)",
-        "+ retriever warm-up",
-        "+ reader warm-up",
-        "+ Open-QA fine-tuning",
-        "+ end to end with refresh",
+    names = ["start (random projection)", "start (PCA projection, the demo's)"]
+    names += [
+        f"+ {n}" for n in ("retriever warm-up", "reader warm-up", "Open-QA fine-tuning", "end to end with refresh")
     ]
-    for row in rows:
-        assert set(row["metrics"]) == {"generated", "hand-written"}
-        assert f"{row['stage']:34} generated" in printed
+    for name in names:
+        assert f"{name:34} generated" in printed and f"{name:34} hand-written" in printed
+    # The results file: the stages with their steps and evaluations, and the curve inside the last stage (the stages'
+    # ends are their own evaluations: step 4 of 1 + 1 + 1 + 2).
+    results = json.loads(out.read_text())
+    assert [(s["stage"], s["steps"]) for s in results["stages"]] == [
+        ("retriever warm-up", 1), ("reader warm-up", 1), ("Open-QA fine-tuning", 1), ("end to end with refresh", 2)
+    ]  # fmt: skip
+    assert all(set(s["metrics"]) == {"generated", "hand-written"} for s in results["stages"])
+    assert results["after"] == results["stages"][-1]["metrics"]
+    assert sorted((p["step"], p["set"]) for p in results["curve"]) == [(4, "generated"), (4, "hand-written")]
+    plot = load_script("plot_results").read_results(str(out))
+    assert not plot.by_stage and [step for step, _, _ in plot.curve["generated"]] == [0, 1, 2, 3, 4, 5]
     # Refreshed after step 1 and once more at the end, with the final weights.
     assert "Index refreshed 2 times, the last with the weights of step 2." in printed
 

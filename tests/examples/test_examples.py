@@ -211,7 +211,7 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
         "--max-block-length", "48", "--retriever-steps", "2", "--retriever-batch-size", "4",
         "--reader-steps", "2", "--reader-batch-size", "4", "--openqa-steps", "1", "--openqa-batch-size", "2",
         "--searcher-beam", "4", "--eval-questions", "4", "--show", "2",
-        "--written-train", os.path.join(wiki, "written_train.jsonl"),
+        "--written-train", os.path.join(wiki, "written_train.jsonl"), "--curve-every", "2",
     ]  # fmt: skip
     # Two hand-written questions leave one held-out article to the written dev set.
     argv[argv.index("--handwritten") + 1] = os.path.join(wiki, "handwritten_two.jsonl")
@@ -226,6 +226,11 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     assert [s["stage"] for s in results["stages"]] == ["retriever warm-up", "reader warm-up", "Open-QA fine-tuning"]
     assert set(results["after"]) == {"generated", "hand-written", "dev"}
     assert set(results["before"]) == {"generated", "hand-written"}  # the dev set is scored after training only
+    # --curve-every 2 over 2 + 2 + 1 steps: every set at steps 2 and 4; step 5 is the evaluation after training.
+    assert sorted((p["step"], p["set"]) for p in results["curve"]) == [
+        (step, name) for step in (2, 4) for name in sorted(("generated", "hand-written", "dev"))
+    ]
+    assert all(0 <= p["exact_match"] <= 100 and 0 <= p["recall@5"] <= 1 for p in results["curve"])
     # Right answers split by the kind of answer add up to the set's EM, and are printed.
     for name, size in results["num_held_out"].items():
         after = results["after"][name]
@@ -247,6 +252,36 @@ def test_wikipedia_demo_runs_end_to_end_on_a_tiny_corpus(tiny_bert, tmp_path, ca
     # A second run reuses the saved model and answers again.
     assert demo_wikipedia.main(argv[:6]) == 0
     assert "Reusing the model saved" in capsys.readouterr().out
+
+
+def test_wikipedia_demo_learning_curve_leaves_each_module_training_as_it_was(examples_on_path, tmp_path):
+    """The reader warm-up trains `model.reader` alone: an evaluation in it must not switch the reader to eval mode."""
+    from types import SimpleNamespace
+
+    import demo_wikipedia
+
+    from tests.support.tiny_model import build_tiny_model
+
+    model, _ = build_tiny_model(str(tmp_path))
+    model.eval()
+    model.reader.train()
+    sets = {"held-out": demo_wikipedia.qa_dataset([{"question": "who wrote unix?", "answers": ["ken thompson"]}])}
+    points = []
+    callback = demo_wikipedia.learning_curve_callback(model, sets, every=2, offset=10, last_step=16, points=points)
+    for step in (1, 2, 3, 4, 6):
+        callback.on_step_end(None, SimpleNamespace(global_step=step), None)
+    # Every 2 steps of the stage, counted from the job's step 10; the job's last step (16) is left out.
+    assert [p["step"] for p in points] == [12, 14]
+    assert all(p["set"] == "held-out" for p in points)
+    assert model.reader.training and not model.training and not model.query_embedder.training
+
+
+def test_wikipedia_demo_refuses_a_negative_curve_period(examples_on_path, capsys):
+    import demo_wikipedia
+
+    with pytest.raises(SystemExit):
+        demo_wikipedia.parse_args(["--curve-every", "-1"])
+    assert "--curve-every must be 0 or a positive number of steps" in capsys.readouterr().err
 
 
 def test_quickstart_model_script_trains_saves_and_answers(examples_on_path, tiny_bert, tmp_path, capsys):

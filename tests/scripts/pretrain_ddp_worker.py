@@ -15,7 +15,7 @@ import sys
 import torch
 from transformers import Trainer, TrainingArguments
 
-from realm_hf import RealmConfig, RealmTokenizer
+from realm_hf import RealmTokenizer
 from realm_hf.models.modeling_pretraining import RealmForPreTraining
 from realm_hf.models.pretraining_inputs import encode_blocks
 from realm_hf.retrieval.refresh import is_stale
@@ -23,18 +23,11 @@ from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.training.callbacks import RealmReindexCallback, document_embedder_of
 from realm_hf.training.pretraining import DataCollatorForSalientSpanMasking
 
+# Run as a script (by `accelerate launch`): the repository root is not on the path.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from tests.support.pretraining import TEXTS, TITLES, tiny_config  # noqa: E402
+
 LEGACY = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
-TITLES = ["paris", "cat", "london", "python", "river", "linux", "berlin", "compiler"]
-TEXTS = [
-    "paris is the capital of france .",
-    "the cat sat on the mat .",
-    "london is a big city in england .",
-    "guido van rossum created python .",
-    "the river seine flows through paris .",
-    "linux is an open source operating system kernel .",
-    "berlin is the capital of germany .",
-    "a compiler does translate source code into machine code .",
-]
 # Salient spans as character offsets; block_id is the source block, never retrieved for its own sentence.
 EXAMPLES = [
     {"text": "paris is the capital of france .", "salient_spans": [[24, 30]], "block_id": 0},
@@ -47,21 +40,7 @@ EXAMPLES = [
 def main(out_path, output_dir, mode):
     tokenizer = RealmTokenizer.from_pretrained(os.path.join(LEGACY, "embedder"))
     torch.manual_seed(0)
-    config = RealmConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        max_position_embeddings=128,
-        num_candidates=4,
-        pad_token_id=0,
-        max_block_length=32,
-        max_joint_length=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    config = tiny_config(tokenizer, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = RealmForPreTraining(config, tokenizer=tokenizer)
     with torch.no_grad():
         blocks = encode_blocks(tokenizer, TITLES, TEXTS, model.max_block_length)
