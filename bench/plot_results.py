@@ -191,9 +191,10 @@ def draw_curve(results: Results, out_path: str) -> None:
                 if number % 2:
                     ax.axvspan(start, row.step, color="grey", alpha=0.08, linewidth=0)
                 ax.axvline(row.step, color="grey", linestyle=":", linewidth=0.8)
+                # Alternate heights: the names of short neighbouring stages would overlap on one line.
                 ax.annotate(
-                    row.name, ((start + row.step) / 2, 0.02), xycoords=("data", "axes fraction"), fontsize=7,
-                    ha="center", va="bottom", color="dimgrey",
+                    row.name, ((start + row.step) / 2, 0.02 + 0.05 * (number % 2)), xycoords=("data", "axes fraction"),
+                    fontsize=7, ha="center", va="bottom", color="dimgrey",
                 )  # fmt: skip
                 start = row.step
         ax.set_ylabel(f"held-out {short}")
