@@ -231,21 +231,10 @@ def recall_at_k(
     Returns:
         `dict[str, float]`: `{"recall@k": fraction in [0, 1]}` for each `k` (0.0 when there are no questions).
     """
-    if len(retrieved_block_ids) != len(gold_block_ids):
-        raise ValueError(f"Got {len(retrieved_block_ids)} retrievals for {len(gold_block_ids)} gold entries.")
+    relevance, _ = _block_relevance(retrieved_block_ids, gold_block_ids)
     ks = _check_ks(ks)
     # Rank of the first gold block per question (None: never retrieved); one pass serves every k.
-    first_hits = []
-    for question, (retrieved, gold) in enumerate(zip(retrieved_block_ids, gold_block_ids)):
-        gold_set = _gold_id_set(gold, question)
-        if hasattr(retrieved, "tolist"):
-            retrieved = retrieved.tolist()
-        if isinstance(retrieved, (str, bytes)) or not isinstance(retrieved, Iterable):
-            raise TypeError(
-                f"`retrieved_block_ids` holds one list of block ids per question; question {question} has "
-                f"{retrieved!r:.80}. For one question pass `[ids]`."
-            )
-        first_hits.append(next((rank for rank, b in enumerate(retrieved) if int(b) in gold_set), None))
+    first_hits = [next((rank for rank, hit in enumerate(row) if hit), None) for row in relevance]
     return _recall_from_first_hits(first_hits, ks)
 
 
