@@ -432,12 +432,12 @@ def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: l
     return (name, steps, args.openqa_batch_size, time.perf_counter() - started)
 
 
-def train_stages(args, start: dict, after_stage=None, curve: list | None = None, last_step: int | None = None):
+def train_stages(args, start: dict, after_stage=None, curve: list | None = None):
     """
     The demo's training on `start` ([`prepare`]): retriever warm-up, reader warm-up and Open-QA fine-tuning, each
     skipped at 0 steps; `after_stage(name)` runs after each. With `args.curve_every`, the held-out sets are evaluated
-    every so many steps into `curve` ([`learning_curve_callback`]), up to the job's `last_step` (default: the last
-    step of these stages) or, with `after_stage`, up to each stage's end. Returns `(stage, steps, batch_size,
+    every so many steps into `curve` ([`learning_curve_callback`]), up to the job's last step (the evaluation after
+    training scores it) or, with `after_stage`, up to each stage's end. Returns `(stage, steps, batch_size,
     seconds)` per stage, the seconds those of training (not of the curve's evaluations).
     """
 
@@ -449,8 +449,7 @@ def train_stages(args, start: dict, after_stage=None, curve: list | None = None,
 
     model, task, retriever, tokenizer = start["model"], start["task"], start["retriever"], start["tokenizer"]
     questions = training_questions(task, args.openqa_questions) if args.openqa_steps else []
-    if last_step is None:
-        last_step = args.retriever_steps + args.reader_steps + (args.openqa_steps if questions else 0)
+    last_step = args.retriever_steps + args.reader_steps + (args.openqa_steps if questions else 0)
     stages, made = [], []
 
     def curve_callbacks(steps: int) -> list:
