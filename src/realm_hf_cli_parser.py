@@ -113,6 +113,25 @@ def probability(text: str) -> float:
     return value
 
 
+def metadata_condition(text: str) -> tuple[str, object]:
+    """
+    An argparse type: `COLUMN=VALUE`, one condition of a metadata filter. The value is read as JSON when it parses
+    (`year=1999` is the number, `year="1999"` the string), else as the text itself (`topic=science`).
+    """
+    import json
+
+    column, sep, value = text.partition("=")
+    if not sep or not column.strip():
+        raise argparse.ArgumentTypeError(f"expected COLUMN=VALUE (e.g. topic=science), got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if isinstance(parsed, (list, dict)) or parsed is None:
+        parsed = value  # one value per condition; repeat --filter for several
+    return column.strip(), parsed
+
+
 def _version() -> str:
     from importlib import metadata
 
@@ -206,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=1, help="answers per question (default: 1)")
     p.add_argument("--num-blocks", type=int, help="blocks retrieved and read per question (default: reader_beam_size)")
     p.add_argument("--max-answer-len", type=int, help="longest answer in wordpieces (default: max_span_width)")
+    p.add_argument(
+        "--filter",
+        type=metadata_condition,
+        action="append",
+        metavar="COLUMN=VALUE",
+        help="retrieve only blocks whose corpus column COLUMN holds VALUE (read as JSON when it parses: year=1999 "
+        "is a number); repeat it: the same column gives any of its values, several columns must all match",
+    )
     p.add_argument("--context", help="answer from this passage instead of retrieving")
     p.add_argument(
         "--no-answer-threshold",

@@ -69,3 +69,33 @@ def test_ask_bad_input(converted, tmp_path, capsys):
     # A legacy directory without --allow-pickle says how to get a usable model.
     assert run("ask", "why?", "--model", LEGACY_OPENQA) == 2
     assert "realm-hf convert" in capsys.readouterr().err
+
+
+def test_ask_filter_answers_from_the_matching_blocks_only(converted, legacy_model, capsys):
+    # The converted legacy corpus has block ids and no other metadata: filter on the block ids.
+    expected = legacy_model.answer(QUESTIONS[0], top_k=3, filter={"block_id": [2, 5]})
+    assert run("ask", QUESTIONS[0], "--model", converted, "--json", "--top-k", "3",
+               "--filter", "block_id=2", "--filter", "block_id=5") == 0  # fmt: skip
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["block"]["block_id"] for r in records} <= {2, 5}
+    assert [(r["answer"], r["block"]["block_id"]) for r in records] == [
+        (e["answer"], e["block"]["block_id"]) for e in expected
+    ]
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("block_id", "expected COLUMN=VALUE"),
+        ("topic=science", "no column 'topic' to filter on"),
+        ("block_id=100000", "found no block"),
+    ],
+)
+def test_ask_bad_filter_is_named(converted, capsys, option, message):
+    assert run("ask", QUESTIONS[0], "--model", converted, "--filter", option) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_ask_filter_with_a_context_is_refused(converted, capsys):
+    assert run("ask", QUESTIONS[0], "--model", converted, "--context", "a passage.", "--filter", "block_id=1") == 2
+    assert "--filter narrows retrieval" in capsys.readouterr().err

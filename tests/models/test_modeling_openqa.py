@@ -297,3 +297,98 @@ def test_answer_top_k_matches_the_pipeline():
     assert len(batch) == 2 and all(isinstance(answers, list) for answers in batch)
     with pytest.raises(ValueError, match="top_k"):
         model.answer(question, top_k=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Metadata filters
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def restricted_to(tmp_path, titles):
+    """The tiny model (built again: the same weights) over a corpus of the blocks of `titles` alone."""
+    other, tokenizer = build_tiny_model(str(tmp_path))
+    corpus = other.retriever.corpus
+    rows = [i for i, title in enumerate(corpus["title"]) if title in titles]
+    embeddings = torch.tensor([corpus[i]["embeddings"] for i in rows])
+    texts, kept = [corpus[i]["text"] for i in rows], [corpus[i]["title"] for i in rows]
+    restricted = RealmRetriever.from_embeddings(embeddings, texts, titles=kept, tokenizer=tokenizer, index="Flat")
+    other.set_retriever(restricted)
+    return other
+
+
+def same_answer(got, expected):
+    assert (got["answer"], got["start"], got["end"]) == (expected["answer"], expected["start"], expected["end"])
+    assert got["score"] == pytest.approx(expected["score"], abs=1e-5)
+    assert got["block"]["title"] == expected["block"]["title"]
+    assert [b["title"] for b in got["retrieved"]] == [b["title"] for b in expected["retrieved"]]
+
+
+# Three titles fill the reader's beam of 3; two leave a place of it empty, which the filtered answer must not read.
+@pytest.mark.parametrize("titles", [("Unix", "Lisp", "Python"), ("Compiler", "Emacs")])
+def test_a_filtered_answer_is_the_answer_over_the_matching_blocks_alone(tmp_path, titles):
+    model, _ = build_tiny_model(str(tmp_path))
+    (tmp_path / "restricted").mkdir()
+    reference = restricted_to(tmp_path / "restricted", titles)
+    got = model.answer(QUESTIONS, filter={"title": list(titles)})
+    expected = reference.answer(QUESTIONS)
+    for g, e in zip(got, expected):
+        same_answer(g, e)
+        assert len(g["retrieved"]) == min(len(titles), model.config.reader_beam_size)
+    by_callable = model.answer(QUESTIONS[0], filter=lambda block: block["title"] in titles, top_k=2)
+    assert [a["answer"] for a in by_callable] == [a["answer"] for a in reference.answer(QUESTIONS[0], top_k=2)]
+
+
+def test_a_filter_that_lets_no_block_through_is_refused_naming_the_question(tmp_path):
+    model, _ = build_tiny_model(str(tmp_path))
+    with pytest.raises(ValueError, match=r"no block for 1 question\(s\) \('who wrote unix\?'\).*Loosen the filter"):
+        model.answer(QUESTIONS[0], filter={"title": "Fortran"})
+    with pytest.raises(TypeError, match="`filter` takes a dict"):
+        model.answer(QUESTIONS[0], filter="Unix")
+
+
+def test_training_with_a_filter_keeps_the_loss_finite_over_fewer_blocks_than_the_beam(tmp_path):
+    model, tokenizer = build_tiny_model(str(tmp_path))
+    model.train()
+    inputs = tokenizer(QUESTIONS, padding=True, return_tensors="pt")
+    answers = [["Ken Thompson"], ["a program"], ["1991"]]
+    out = model(**inputs, answers=answers, filter={"title": ["Unix", "Python"]})
+    assert torch.isfinite(out.loss)
+    assert out.retrieved_block_ids.shape == (3, 2) and set(out.retrieved_block_ids.flatten().tolist()) == {1, 3}
+    out.loss.backward()
+    assert model.embedder.cls.dense.weight.grad.abs().sum() > 0
+
+
+def test_a_place_left_empty_for_one_question_takes_no_share_and_is_not_listed(tmp_path, monkeypatch):
+    # An approximate index can fill fewer places for one question of a batch than for another.
+    model, _ = build_tiny_model(str(tmp_path))
+    search = model.retriever.search
+
+    def search_leaving_a_place_empty(*args, **kwargs):
+        out = search(*args, **kwargs)
+        out.block_ids[0, -1] = -1
+        out.blocks[0][-1] = {"block_id": -1, "title": "", "text": ""}
+        return out
+
+    monkeypatch.setattr(model.retriever, "search", search_leaving_a_place_empty)
+    with torch.inference_mode():
+        inputs = model.retriever.tokenizer(QUESTIONS, padding=True, return_tensors="pt")
+        out = model(**inputs, questions=QUESTIONS)
+    scores = out.retrieved_scores
+    assert scores.shape == (3, 3) and torch.isneginf(scores[0, -1]) and torch.isfinite(scores[1:]).all()
+    assert torch.isneginf(out.reader_output.reader_logits[0, -1]).all()  # no span of the empty place can win
+    answers = model.answer(QUESTIONS)
+    assert [len(a["retrieved"]) for a in answers] == [2, 3, 3]
+    assert answers[0]["block"]["block_id"] >= 0
+
+
+def test_drop_unfilled_blocks_keeps_the_places_some_question_filled():
+    from realm_hf.models.reader_inputs import drop_unfilled_blocks
+    from realm_hf.retrieval.contract import RealmSearchOutput
+
+    ids = torch.tensor([[4, -1, -1, -1], [2, 5, -1, -1]])
+    blocks = [[{"block_id": int(i)} for i in row] for row in ids]
+    out = drop_unfilled_blocks(RealmSearchOutput(block_ids=ids, scores=torch.zeros(2, 4), blocks=blocks), ["a", "b"])
+    assert out.block_ids.tolist() == [[4, -1], [2, 5]]
+    assert [[b["block_id"] for b in row] for row in out.blocks] == [[4, -1], [2, 5]]
+    with pytest.raises(ValueError, match=r"no block for 1 question\(s\) \('c'\)"):
+        drop_unfilled_blocks(RealmSearchOutput(block_ids=torch.tensor([[3], [-1]]), blocks=[[{}], [{}]]), ["d", "c"])

@@ -638,3 +638,22 @@ def test_trust_remote_code_runs_no_file_of_the_folder(tiny, tmp_path):
     qa = realm_hf.pipeline(model=str(path), trust_remote_code=True)
     assert isinstance(qa, RealmQuestionAnsweringPipeline)
     assert not marker.exists(), marker.read_text()
+
+
+def test_filter_keeps_retrieval_to_the_matching_blocks(tiny, qa):
+    model = tiny[0]
+    titles = ["Unix", "Python"]
+    answers = qa(QUESTIONS, filter={"title": titles}, top_k=2)
+    expected = model.answer(QUESTIONS, filter={"title": titles}, top_k=2)
+    for got, want in zip(answers, expected):
+        assert all(a["block"]["title"] in titles for a in got)
+        assert [(a["answer"], a["block"]["block_id"]) for a in got] == [
+            (a["answer"], a["block"]["block_id"]) for a in want
+        ]
+    # A context is read as given: the filter only narrows retrieval.
+    read = qa(question=QUESTIONS[0], context=DOCS[0][1], filter={"title": ["Unix"]})
+    assert read["answer"] in DOCS[0][1]
+    with pytest.raises(TypeError, match="`filter` takes a dict"):
+        qa(QUESTIONS[0], filter="Unix")
+    with pytest.raises(ValueError, match="no block"):
+        qa(QUESTIONS[0], filter={"title": "Fortran"})

@@ -31,11 +31,21 @@ def _pipeline(model, args):
     )
 
 
+def metadata_filter(conditions: list[tuple[str, object]]) -> dict:
+    """The `filter` of `--filter COLUMN=VALUE` options: one value per column, or the list of a repeated column's."""
+    values: dict[str, list] = {}
+    for column, value in conditions:
+        values.setdefault(column, []).append(value)
+    return {column: found[0] if len(found) == 1 else found for column, found in values.items()}
+
+
 def _answer_batches(qa, questions: list[str], args):
     """Yield the answers of each batch of `questions` (a list per question) as soon as the batch is read."""
     call_kwargs = {"top_k": args.top_k, "max_question_length": MAX_QUESTION_LENGTH, "dtype": args.dtype}
     if args.num_blocks is not None:
         call_kwargs["num_blocks"] = args.num_blocks
+    if args.filter:
+        call_kwargs["filter"] = metadata_filter(args.filter)
     if args.max_answer_len is not None:
         call_kwargs["max_answer_len"] = args.max_answer_len
     if args.context is not None:
@@ -96,6 +106,8 @@ def run(args) -> int:
             check_context(args.context)
         except ValueError as err:
             raise CLIError(f"--context: {err}") from None
+    if args.filter and args.context is not None:
+        raise CLIError("--filter narrows retrieval, but --context answers from the given passage: give one of them.")
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
     check_int8_device(dtype, model)
     qa = _pipeline(model, args)

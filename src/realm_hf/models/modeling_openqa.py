@@ -32,7 +32,13 @@ from .openqa_answers import (
     resolve_no_answer_threshold,
 )
 from .provenance import block_provenance
-from .reader_inputs import build_beam_reader_inputs, normalize_answer_ids, positive_block_order, tokenize_answers
+from .reader_inputs import (
+    build_beam_reader_inputs,
+    drop_unfilled_blocks,
+    normalize_answer_ids,
+    positive_block_order,
+    tokenize_answers,
+)
 from .retriever_losses import apply_retriever_loss, needs_reader_attentions
 from .retriever_owner import RetrieverOwnerMixin
 
@@ -223,16 +229,20 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         k: int,
         questions=None,
         return_token_ids: bool = False,
+        filter=None,
     ):
         """
-        The top `k` blocks of each question with their embeddings (and, on request, token ids; with the question texts,
-        a hybrid retriever adds its BM25 candidates): the index's own top `k`, or, with
+        The top `k` blocks of each question (among those `filter` lets through) with their embeddings (and, on
+        request, token ids; with the question texts, a hybrid retriever adds its BM25 candidates): the index's own
+        top `k`, or, with
         `config.rerank_beam_size = L`, the best `k` of the index's top `L` re-scored with the current document
         embedder (Atlas's re-ranking: a stale index over-retrieves, the live embedder orders). The re-scored blocks
         carry their fresh embeddings (no gradient) and scores; evaluation and training alike.
         """
         beam = getattr(self.config, "rerank_beam_size", None)
         search_options = {"return_embeddings": True, "return_token_ids": return_token_ids, "questions": questions}
+        if filter is not None:
+            search_options["filter"] = filter  # a retriever without filters (sharded) refuses it by name
         if beam is None:
             return retriever.search(question_embeddings, k, **search_options)
         if self.document_embedder is None:
@@ -328,6 +338,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         answers: list[list[str]] | None = None,
         questions: list[str] | None = None,
         num_blocks: int | None = None,
+        filter=None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> tuple | RealmForOpenQAOutput:
@@ -345,6 +356,10 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             Blocks the reader reads per question in this call; in evaluation mode also the blocks retrieved (in
             training mode `config.searcher_beam_size` are retrieved for the retrieval loss). A per-call argument: the
             config is never changed, so concurrent calls with different values do not interfere.
+        filter (`dict` or `callable`, *optional*):
+            Retrieve only blocks whose metadata match, as `retriever.search(filter=...)` takes it
+            (`{"topic": "science"}`, `{"year": [1999, 2000]}`, a callable over a block). Fewer matching blocks than
+            the beam are read as they are; a question for which the search finds none raises a `ValueError`.
 
         Returns:
             [`RealmForOpenQAOutput`]
@@ -387,9 +402,11 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         # retrieval score) and, for a searcher beam wider than what is read, their token ids (to find the answers in
         # it without tokenizing every pair).
         search = self._search_blocks(
-            retriever, tokenizer, question_projection.detach(), k, questions, return_token_ids=k > reader_beam_size
+            retriever, tokenizer, question_projection.detach(), k, questions, k > reader_beam_size, filter
         )
+        search = drop_unfilled_blocks(search, questions)  # places no question's search filled (filters, IVF/HNSW)
         block_ids = search.block_ids
+        reader_beam_size = min(reader_beam_size, block_ids.shape[1])
         if self._trains_document_embedder():
             # End-to-end: fresh embeddings for the top blocks, so the retrieval loss also trains the document
             # embedder; stored ones for the rest of the beam (memory bounded by `document_gradient_beam_size`).
@@ -405,6 +422,8 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
             relevance_score = torch.einsum(
                 "bd,bkd->bk", question_projection.to(score_dtype), block_emb.to(score_dtype)
             )
+        # Places a filtered search left empty (-1) take no share of p(z|x).
+        relevance_score = relevance_score.masked_fill(block_ids.to(relevance_score.device) < 0, float("-inf"))
 
         reader = self.answering_modules()[1]
 
@@ -487,6 +506,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
         top_k: int | None = None,
         align_to_words: bool = True,
         no_answer_threshold: float | None = None,
+        filter=None,
     ):
         r"""
         Answer questions end to end, with provenance in the schema the pipeline and `realm-hf ask --json` share
@@ -525,6 +545,8 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                 probability is under this; with `top_k`, spans under it are dropped and a question left with none
                 gets one "no answer". `None` (and a config without one): always the best span, as REALM answers; 0
                 never abstains.
+            filter (`dict` or `callable`, *optional*): Answer from the blocks whose metadata match only (see
+                [`~RealmForOpenQA.forward`]); `retrieved` then lists only such blocks.
 
         Returns:
             A `dict` per question (a list of them for a list of questions) with `question`, `answer`, `score` (the
@@ -558,6 +580,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                         token_type_ids=inputs.get("token_type_ids"),
                         questions=chunk,
                         num_blocks=num_blocks,
+                        filter=filter,
                     )
                 check_finite_reader_logits(out.reader_output.reader_logits)
                 # The one answer path (`openqa_answers.best_spans`), as the pipeline and `realm-hf ask` answer.
@@ -567,7 +590,7 @@ class RealmForOpenQA(RetrieverOwnerMixin, RealmPreTrainedModel):
                     "no_answer_threshold": no_answer_threshold,
                 }
                 for b, result in enumerate(read_results(out, chunk)):
-                    retrieved = [block_provenance(block) for block in out.retrieved_blocks[b]]
+                    retrieved = [block_provenance(z) for z in out.retrieved_blocks[b] if z.get("block_id", 0) >= 0]
                     if top_k is None:
                         answer = best_answer(result, self.config.max_span_width, tokenizer, **options)
                         results.append({"question": chunk[b], **answer, "retrieved": retrieved})

@@ -367,3 +367,25 @@ def positive_block_order(has_answers: torch.Tensor, reader_beam_size: int) -> to
     order[rows, reader_beam_size - 1] = first[rows]
     order[rows, first[rows]] = reader_beam_size - 1
     return order
+
+
+def drop_unfilled_blocks(search, questions: Sequence[str]):
+    """
+    `search` without the trailing places that no question's search filled (block id `-1`: a metadata filter or an
+    approximate index found fewer than `k` blocks), so the reader never reads an empty block that none of the batch
+    needs. Places left empty for some questions only stay, with id `-1`, for the caller to mask. A question with no
+    block at all is refused with a `ValueError`: there is nothing to read its answer from.
+    """
+    filled = (search.block_ids >= 0).sum(dim=1)
+    empty = [i for i, count in enumerate(filled.tolist()) if count == 0]
+    if empty:
+        shown = ", ".join(f"{questions[i]!r}" for i in empty[:3]) + (" ..." if len(empty) > 3 else "")
+        raise ValueError(
+            f"The search found no block for {len(empty)} question(s) ({shown}): the filter lets no block through, or "
+            "the approximate index reached none of those it lets through. Loosen the filter, or raise the index's "
+            "`nprobe` / `efSearch`."
+        )
+    width = int(filled.max())
+    if width == search.block_ids.shape[1]:
+        return search
+    return search.reordered(torch.arange(width).expand(search.block_ids.shape[0], width))

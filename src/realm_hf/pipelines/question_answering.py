@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 from transformers import Pipeline
@@ -30,6 +30,7 @@ from ..models.openqa_answers import (
 )
 from ..models.provenance import block_provenance
 from ..precision import autocast, parse_dtype
+from ..retrieval.filters import FILTER_FORMS
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import check_context as _check_context
 from ..text.user_text import check_positive_int, check_questions
@@ -92,6 +93,9 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         max_answer_len (`int`, *optional*, defaults to `config.max_span_width`): Longest answer, in wordpieces; at
             most `config.max_span_width` (the reader scores no longer span).
         num_blocks (`int`, *optional*, defaults to `config.reader_beam_size`): Blocks retrieved and read per question.
+        filter (`dict` or `callable`, *optional*): Retrieve only blocks whose metadata match (`{"topic": "science"}`,
+            `{"year": [1999, 2000]}`, a callable over a block), as `RealmRetriever.search` takes it; a question for
+            which no block matches raises a `ValueError`. Questions with a `context` ignore it.
         max_question_length (`int`, *optional*, defaults to 64): Longer questions (in wordpieces) are refused, not
             truncated. The classic name `max_question_len` is accepted too; `max_seq_len`, `padding` and `topk`
             raise a `ValueError` saying why.
@@ -157,6 +161,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         dtype=None,
         handle_impossible_answer=None,
         no_answer_threshold=None,
+        filter=None,
         **kwargs,
     ):
         # The classic question-answering options: mapped to REALM's own, or refused with the reason (`map_classic_options`).
@@ -167,7 +172,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         if kwargs:
             raise TypeError(
                 f"Unknown arguments for the REALM question-answering pipeline: {sorted(kwargs)}. It takes `top_k`, "
-                "`num_blocks`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
+                "`num_blocks`, `filter`, `max_answer_len`, `max_question_length` (or `max_question_len`), `doc_stride`, "
                 "`align_to_words`, `handle_impossible_answer`, `no_answer_threshold`, `dtype` and `batch_size`."
             )
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
@@ -183,6 +188,10 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             postprocess_params["max_answer_len"] = max_answer_len
         if num_blocks is not None:
             forward_params["num_blocks"] = check_positive_int(num_blocks, "num_blocks")
+        if filter is not None:
+            if not (isinstance(filter, Mapping) or callable(filter)):
+                raise TypeError(f"{FILTER_FORMS}; got {type(filter).__name__}.")
+            forward_params["filter"] = filter
         if doc_stride is not None:
             if not isinstance(doc_stride, int) or doc_stride < 0:
                 raise ValueError(f"`doc_stride` must be a non-negative integer, got {doc_stride!r}.")
@@ -218,7 +227,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             question (`str` or `list[str]`, *optional*): Alternative to `inputs`.
             context (`str` or `list[str]`, *optional*): Passages to answer from instead of retrieving; one for all
                 questions or one per question.
-            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `max_question_length`, `doc_stride`, `align_to_words`,
+            kwargs: `top_k`, `max_answer_len`, `num_blocks`, `filter`, `max_question_length`, `doc_stride`, `align_to_words`,
                 `batch_size`, `dtype`, and the classic question-answering options that mean something for REALM (see
                 [`~realm_hf.pipelines.question_answering.map_classic_options`]).
 
@@ -289,7 +298,14 @@ class RealmQuestionAnsweringPipeline(Pipeline):
     # Model
     # ----------------------------------------------------------------------------------------------------------------
 
-    def _forward(self, model_inputs, num_blocks: int | None = None, doc_stride: int = _DEFAULT_DOC_STRIDE, dtype=None):
+    def _forward(
+        self,
+        model_inputs,
+        num_blocks: int | None = None,
+        doc_stride: int = _DEFAULT_DOC_STRIDE,
+        dtype=None,
+        filter=None,
+    ):
         questions, contexts = model_inputs["question"], model_inputs["context"]
         if isinstance(questions, str):  # batch_size=1: items are not collated
             questions, contexts = [questions], [contexts]
@@ -300,7 +316,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         # switches to eval mode in a way that concurrent calls cannot undo for each other.
         with self.model.evaluating(), autocast(self.model.device, dtype, "answering"):
             if open_rows:
-                read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks)
+                read = self._retrieve_and_read([questions[i] for i in open_rows], num_blocks, filter)
                 for row, result in zip(open_rows, read):
                     results[row] = result
             if context_rows:
@@ -314,7 +330,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
         # One dict per question inside a list: the pipeline's un-batching hands each question its own dict.
         return {"results": results}
 
-    def _retrieve_and_read(self, questions: list[str], num_blocks: int | None) -> list[dict]:
+    def _retrieve_and_read(self, questions: list[str], num_blocks: int | None, filter=None) -> list[dict]:
         self.model.require_retriever()
         encoded = tokenizer_call(self.tokenizer, questions, padding=True, return_tensors="pt").to(self.device)
         # `num_blocks` is a forward argument: the shared config is never changed, so concurrent calls are safe.
@@ -324,6 +340,7 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             token_type_ids=encoded.get("token_type_ids"),
             questions=questions,
             num_blocks=num_blocks,
+            filter=filter,
             return_dict=True,
         )
         # The forward's own encoded pairs: each (question, block) pair is tokenized once per call.
