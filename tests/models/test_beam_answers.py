@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
+from realm_hf import RealmForOpenQA, RealmTokenizer
 from realm_hf.models.reader_inputs import build_reader_inputs, tokenize_answers, truncated_pair_lengths
 from realm_hf.retrieval.corpus import TOKEN_IDS_COLUMN
 from realm_hf.retrieval.encoding import tokenize_block_texts
@@ -21,6 +21,7 @@ from realm_hf.retrieval.retriever import RealmRetriever
 from realm_hf.text.answer_spans import find_answer_spans, find_answers_in_token_ids
 from realm_hf.training.openqa import DataCollatorForOpenQA
 from tests.support.paths import CORPUS_DIR
+from tests.support.tiny_model import tiny_openqa_config
 
 # Extra blocks: a literal [SEP] (the pair search stops there), and a block only its question's answer is in.
 EXTRA_DOCUMENTS = [
@@ -52,16 +53,8 @@ def documents():
 
 def tiny_model(tokenizer, reader_seq_len=28):
     torch.manual_seed(0)
-    config = RealmConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        span_hidden_size=16,
-        max_span_width=4,
-        reader_beam_size=3,
+    config = tiny_openqa_config(
+        len(tokenizer),
         searcher_beam_size=10_000,  # the whole corpus: every kind of block is in the beam
         reader_seq_len=reader_seq_len,  # shorter than most pairs: truncation decides what "holds an answer" means
         hidden_dropout_prob=0.0,

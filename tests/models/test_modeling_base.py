@@ -10,23 +10,11 @@ import torch
 
 from realm_hf import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmKnowledgeAugEncoder, RealmReader, RealmScorer
 from tests.support.legacy_model import load_legacy_model
-from tests.support.tiny_model import build_tiny_model
+from tests.support.tiny_model import build_tiny_model, tiny_openqa_config
 
 
 def tiny_config():
-    return RealmConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        span_hidden_size=16,
-        max_span_width=4,
-        reader_beam_size=3,
-        searcher_beam_size=4,
-        max_position_embeddings=64,
-    )
+    return tiny_openqa_config(50)
 
 
 def reader_inputs():

@@ -9,7 +9,7 @@ import torch
 import realm_hf
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
 from realm_hf.models.openqa_answers import DEFAULT_NO_ANSWER_THRESHOLD, resolve_no_answer_threshold
-from tests.support.tiny_model import DOCS, QUESTIONS, build_tiny_model
+from tests.support.tiny_model import DOCS, QUESTIONS, build_tiny_model, tiny_openqa_config
 
 # Words the tiny vocabulary holds only as pieces, so that a span may start or end inside them.
 SPLIT_WORDS = {"compiler": ("comp", "##iler"), "thompson": ("thom", "##pson"), "ritchie": ("rit", "##chie")}
@@ -32,22 +32,7 @@ def build_subword_model(tmp_dir, seed=0):
     tokenizer = RealmTokenizer(vocab=vocab_file)
     assert tokenizer.tokenize("compiler") == ["comp", "##iler"]
     torch.manual_seed(seed)
-    config = RealmConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        span_hidden_size=16,
-        max_span_width=4,
-        reader_beam_size=3,
-        searcher_beam_size=4,
-        reader_seq_len=48,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        initializer_range=0.5,
-    )
+    config = tiny_openqa_config(len(tokenizer), initializer_range=0.5)
     model = RealmForOpenQA(config).eval()
     texts = [text for _, text in DOCS]
     with torch.no_grad():

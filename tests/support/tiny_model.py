@@ -18,6 +18,27 @@ DOCS = [
 ]
 QUESTIONS = ["who wrote unix?", "what is a compiler?", "when was python created?"]
 
+# The open-QA shape most model tests share: a BERT of hidden 32 and 2 layers, a reader of 3 blocks of 48 wordpieces.
+TINY_OPENQA = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    retriever_proj_size=16,
+    span_hidden_size=16,
+    max_span_width=4,
+    reader_beam_size=3,
+    searcher_beam_size=4,
+    reader_seq_len=48,
+    max_position_embeddings=64,
+    pad_token_id=0,
+)
+
+
+def tiny_openqa_config(vocab_size, **overrides):
+    """A `RealmConfig` of the [`TINY_OPENQA`] shape over `vocab_size` wordpieces, with `overrides` on top."""
+    return RealmConfig(**{**TINY_OPENQA, "vocab_size": vocab_size, **overrides})
+
 
 def build_tiny_model(tmp_dir, reader_beam_size=3, seed=0):
     """A tiny RealmForOpenQA (hidden 32, 2 layers) with a 6-block corpus indexed by its own embedder."""
@@ -32,20 +53,9 @@ def build_tiny_model(tmp_dir, reader_beam_size=3, seed=0):
         f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)) + "\n")
     tokenizer = RealmTokenizer(vocab=vocab_file)
     torch.manual_seed(seed)
-    config = RealmConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        retriever_proj_size=16,
-        span_hidden_size=16,
-        max_span_width=4,
+    config = tiny_openqa_config(
+        len(tokenizer),
         reader_beam_size=reader_beam_size,
-        searcher_beam_size=4,
-        reader_seq_len=48,
-        max_position_embeddings=64,
-        pad_token_id=0,
         num_block_records=len(DOCS),
         # At the default 0.02 a random tiny embedder maps every text to nearly the same unit vector: retrieval
         # scores then tie to 1e-6 and their order flips with the CPU's matmul kernels. 0.5 separates them.
