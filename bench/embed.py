@@ -131,14 +131,13 @@ class PeakMeter:
         """Time `min_reps` products of each size (more until `min_time` seconds per size have passed)."""
         sizes = sorted(self.operands)[:1] if smallest_only else sorted(self.operands)
         for n in sizes:
-            a, b, out = self.operands[n]
             # On a GPU one product is too short to time alone: several per timing.
             per_timing = 1 if self.device.type == "cpu" else max(1, int(2e12 // (2 * n**3)))
             reps, start = 0, time.perf_counter()
             while reps < min_reps or time.perf_counter() - start < min_time:
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 for _ in range(per_timing):
-                    torch.mm(a, b, out=out)
+                    self.product(n)
                 synchronize(self.device)
                 wall = time.perf_counter() - t0
                 rate = per_timing * 2 * n**3 / wall
@@ -150,6 +149,11 @@ class PeakMeter:
                         "cpu_utilization": utilization if self.device.type == "cpu" else None,
                     }
                 reps += 1
+
+    def product(self, n: int) -> None:
+        """One n x n by n x n product (2 n^3 operations) into preallocated operands."""
+        a, b, out = self.operands[n]
+        torch.mm(a, b, out=out)
 
 
 # --------------------------------------------------------------------------------------------------------------------
