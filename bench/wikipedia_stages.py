@@ -109,22 +109,9 @@ def main(argv=None) -> int:
         evaluated.append((f"+ {name}", demo_wikipedia.evaluate(start["model"], start["sets"])))
 
     curve = []
-    trained = demo_wikipedia.train_stages(args, start, after_stage=after_stage, curve=curve)
     steps = own.end_to_end_steps
-    if steps:
-        refresh = own.end_to_end_refresh_steps or max(1, steps // 2)
-        questions = demo_wikipedia.training_questions(start["task"], args.openqa_questions)
-        offset = sum(stage[1] for stage in trained)
-        callbacks = []
-        if args.curve_every:
-            callbacks.append(
-                demo_wikipedia.learning_curve_callback(
-                    start["model"], start["sets"], args.curve_every, offset, offset + steps, curve
-                )
-            )
-        name, n, batch, seconds = demo_wikipedia.openqa_stage(args, start, steps, refresh, questions, callbacks)
-        trained.append((name, n, batch, seconds - sum(callback.seconds for callback in callbacks)))
-        after_stage(name)
+    end_to_end = (steps, own.end_to_end_refresh_steps or max(1, steps // 2)) if steps else (0, 0)
+    trained = demo_wikipedia.train_stages(args, start, after_stage=after_stage, curve=curve, end_to_end=end_to_end)
     # The table's minutes are each stage's training, without the evaluations after it or during it (the curve's).
     rows += [(name, metrics, stage[3]) for (name, metrics), stage in zip(evaluated, trained, strict=True)]
     print(

@@ -432,13 +432,15 @@ def openqa_stage(args, start: dict, steps: int, refresh_steps: int, questions: l
     return (name, steps, args.openqa_batch_size, time.perf_counter() - started)
 
 
-def train_stages(args, start: dict, after_stage=None, curve: list | None = None):
+def train_stages(args, start: dict, after_stage=None, curve: list | None = None, end_to_end: tuple[int, int] = (0, 0)):
     """
     The demo's training on `start` ([`prepare`]): retriever warm-up, reader warm-up and Open-QA fine-tuning, each
     skipped at 0 steps; `after_stage(name)` runs after each. With `args.curve_every`, the held-out sets are evaluated
     every so many steps into `curve` ([`learning_curve_callback`]), up to the job's last step (the evaluation after
-    training scores it) or, with `after_stage`, up to each stage's end. Returns `(stage, steps, batch_size,
-    seconds)` per stage, the seconds those of training (not of the curve's evaluations).
+    training scores it) or, with `after_stage`, up to each stage's end. `end_to_end=(steps, refresh_steps)` adds
+    that many Open-QA steps after the others with the document embedder trained and the index refreshed every
+    `refresh_steps` (`bench/wikipedia_stages.py --end-to-end-steps`). Returns `(stage, steps, batch_size, seconds)`
+    per stage, the seconds those of training (not of the curve's evaluations).
     """
 
     from realm_hf.training.recipes import (
@@ -448,8 +450,11 @@ def train_stages(args, start: dict, after_stage=None, curve: list | None = None)
     )
 
     model, task, retriever, tokenizer = start["model"], start["task"], start["retriever"], start["tokenizer"]
-    questions = training_questions(task, args.openqa_questions) if args.openqa_steps else []
-    last_step = args.retriever_steps + args.reader_steps + (args.openqa_steps if questions else 0)
+    end_to_end_steps, end_to_end_refresh = end_to_end
+    wanted = args.openqa_steps or end_to_end_steps
+    questions = training_questions(task, args.openqa_questions) if wanted else []
+    openqa_steps = (args.openqa_steps + end_to_end_steps) if questions else 0
+    last_step = args.retriever_steps + args.reader_steps + openqa_steps
     stages, made = [], []
 
     def curve_callbacks(steps: int) -> list:
@@ -502,6 +507,9 @@ def train_stages(args, start: dict, after_stage=None, curve: list | None = None)
     elif args.openqa_steps:
         callbacks = curve_callbacks(args.openqa_steps)
         finished(*openqa_stage(args, start, args.openqa_steps, args.refresh_steps, questions, callbacks))
+    if end_to_end_steps and questions:
+        callbacks = curve_callbacks(end_to_end_steps)
+        finished(*openqa_stage(args, start, end_to_end_steps, end_to_end_refresh, questions, callbacks))
     return stages
 
 

@@ -30,7 +30,6 @@ from ..models.openqa_answers import (
 )
 from ..models.provenance import block_provenance
 from ..precision import autocast, parse_dtype
-from ..retrieval.filters import FILTER_FORMS
 from ..text.tokenizer_calls import tokenizer_call
 from ..text.user_text import check_context as _check_context
 from ..text.user_text import check_positive_int, check_questions
@@ -190,6 +189,8 @@ class RealmQuestionAnsweringPipeline(Pipeline):
             forward_params["num_blocks"] = check_positive_int(num_blocks, "num_blocks")
         if filter is not None:
             if not (isinstance(filter, Mapping) or callable(filter)):
+                from ..retrieval.filters import FILTER_FORMS  # deferred: `import realm_hf` keeps off datasets
+
                 raise TypeError(f"{FILTER_FORMS}; got {type(filter).__name__}.")
             forward_params["filter"] = filter
         if doc_stride is not None:
