@@ -113,23 +113,15 @@ def probability(text: str) -> float:
     return value
 
 
-def metadata_condition(text: str) -> tuple[str, object]:
+def metadata_condition(text: str) -> tuple[str, str]:
     """
-    An argparse type: `COLUMN=VALUE`, one condition of a metadata filter. The value is read as JSON when it parses
-    (`year=1999` is the number, `year="1999"` the string), else as the text itself (`topic=science`).
+    An argparse type: `COLUMN=VALUE`, one condition of a metadata filter, as `(column, value text)`; the value is
+    read in the column's type once the corpus is loaded (`realm_hf.cli.ask.metadata_filter`).
     """
-    import json
-
     column, sep, value = text.partition("=")
     if not sep or not column.strip():
         raise argparse.ArgumentTypeError(f"expected COLUMN=VALUE (e.g. topic=science), got {text!r}")
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        parsed = value
-    if isinstance(parsed, (list, dict)) or parsed is None:
-        parsed = value  # one value per condition; repeat --filter for several
-    return column.strip(), parsed
+    return column.strip(), value
 
 
 def _version() -> str:
@@ -230,8 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=metadata_condition,
         action="append",
         metavar="COLUMN=VALUE",
-        help="retrieve only blocks whose corpus column COLUMN holds VALUE (read as JSON when it parses: year=1999 "
-        "is a number); repeat it: the same column gives any of its values, several columns must all match",
+        help="retrieve only blocks whose corpus column COLUMN holds VALUE (read in the column's type: year=1999 is a "
+        "number in a column of numbers, text in a column of text); repeat it: the same column gives any of its "
+        "values, several columns must all match",
     )
     p.add_argument("--context", help="answer from this passage instead of retrieving")
     p.add_argument(

@@ -99,3 +99,17 @@ def test_ask_bad_filter_is_named(converted, capsys, option, message):
 def test_ask_filter_with_a_context_is_refused(converted, capsys):
     assert run("ask", QUESTIONS[0], "--model", converted, "--context", "a passage.", "--filter", "block_id=1") == 2
     assert "--filter narrows retrieval" in capsys.readouterr().err
+
+
+def test_filter_values_are_read_in_the_column_type():
+    from datasets import Features, Value
+
+    from realm_hf.cli.ask import metadata_filter
+
+    features = Features({"title": Value("string"), "year": Value("int64"), "draft": Value("bool")})
+    conditions = [("title", "1984"), ("year", "1999"), ("year", "2001"), ("draft", "false"), ("topic", "7")]
+    assert metadata_filter(conditions, features) == {
+        "title": "1984", "year": [1999, 2001], "draft": False, "topic": "7"
+    }  # fmt: skip
+    # Text that is no JSON stays text: the filter then names the column's type.
+    assert metadata_filter([("year", "nineteen")], features) == {"year": "nineteen"}

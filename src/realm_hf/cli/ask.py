@@ -31,21 +31,35 @@ def _pipeline(model, args):
     )
 
 
-def metadata_filter(conditions: list[tuple[str, object]]) -> dict:
-    """The `filter` of `--filter COLUMN=VALUE` options: one value per column, or the list of a repeated column's."""
+def metadata_filter(conditions: list[tuple[str, str]], features) -> dict:
+    """
+    The `filter` of `--filter COLUMN=VALUE` options over a corpus with these `features` (`datasets.Features`): one
+    value per column, or the list of a repeated column's. A value is text in a column of text (`title=1984`), and
+    read as JSON in any other column (`year=1999`, `draft=true`); a column the corpus lacks is left to the filter to
+    name.
+    """
+    import json
+
     values: dict[str, list] = {}
-    for column, value in conditions:
+    for column, text in conditions:
+        value = text
+        feature = features.get(column)
+        if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                pass  # the filter names the column's type against the text given
         values.setdefault(column, []).append(value)
     return {column: found[0] if len(found) == 1 else found for column, found in values.items()}
 
 
-def _answer_batches(qa, questions: list[str], args):
+def _answer_batches(qa, questions: list[str], args, filter=None):
     """Yield the answers of each batch of `questions` (a list per question) as soon as the batch is read."""
     call_kwargs = {"top_k": args.top_k, "max_question_length": MAX_QUESTION_LENGTH, "dtype": args.dtype}
     if args.num_blocks is not None:
         call_kwargs["num_blocks"] = args.num_blocks
-    if args.filter:
-        call_kwargs["filter"] = metadata_filter(args.filter)
+    if filter is not None:
+        call_kwargs["filter"] = filter
     if args.max_answer_len is not None:
         call_kwargs["max_answer_len"] = args.max_answer_len
     if args.context is not None:
@@ -110,6 +124,9 @@ def run(args) -> int:
         raise CLIError("--filter narrows retrieval, but --context answers from the given passage: give one of them.")
     model = load_openqa(args.model, args.allow_pickle, args.device, need_retriever=args.context is None)
     check_int8_device(dtype, model)
+    # A sharded corpus has no one table of features; its search refuses a filter by name.
+    features = getattr(getattr(model.retriever, "corpus", None), "features", None) or {}
+    filter = metadata_filter(args.filter, features) if args.filter else None
     qa = _pipeline(model, args)
     from ..models.openqa_answers import resolve_no_answer_threshold
 
@@ -125,7 +142,7 @@ def run(args) -> int:
     out = sys.stdout
     done = 0
     # Written batch by batch: answers already computed are printed even if a later batch fails.
-    for results in _answer_batches(qa, [items[i][1] for i in good], args) if good else ():
+    for results in _answer_batches(qa, [items[i][1] for i in good], args, filter) if good else ():
         for answers in results:
             _write(out, items[good[done]][1], answers, args.json, threshold)
             done += 1
