@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from realm_hf import RealmConfig, RealmForOpenQA, RealmTokenizer
+from tests.support.pretraining import TINY_ENCODER
 
 DOCS = [
     ("Compiler", "A compiler is a program that translates source code into machine code for a computer."),
@@ -18,20 +19,15 @@ DOCS = [
 ]
 QUESTIONS = ["who wrote unix?", "what is a compiler?", "when was python created?"]
 
-# The open-QA shape most model tests share: a BERT of hidden 32 and 2 layers, a reader of 3 blocks of 48 wordpieces.
+# The open-QA shape most model tests share: the pre-training tests' tiny encoder, a reader of 3 blocks of 48 wordpieces.
 TINY_OPENQA = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    retriever_proj_size=16,
+    TINY_ENCODER,
     span_hidden_size=16,
     max_span_width=4,
     reader_beam_size=3,
     searcher_beam_size=4,
     reader_seq_len=48,
     max_position_embeddings=64,
-    pad_token_id=0,
 )
 
 
